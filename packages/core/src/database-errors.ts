@@ -1,0 +1,59 @@
+/**
+ * Classifies errors thrown while talking to PostgreSQL, whichever driver raised them
+ * (node-postgres, postgres-js, PGlite) and however Drizzle wrapped them.
+ */
+
+/** What kind of database failure an error is, if any. */
+export type DatabaseFailure =
+  /** Serialization failure or deadlock: the transaction is safe to run again at once. */
+  | 'transient-conflict'
+  /** `lock_timeout` fired: a concurrent copy holds the inbox row. */
+  | 'lock-timeout'
+  /** The database is unreachable, restarting, out of resources or timed out. */
+  | 'unavailable';
+
+const TRANSIENT_CONFLICT_CODES = new Set(['40001', '40P01']);
+const LOCK_TIMEOUT_CODES = new Set(['55P03']);
+// SQLSTATE classes 08 (connection exception), 53 (insufficient resources), 57P0x (operator
+// intervention: shutdown, crash, cannot connect now), 57014 (statement_timeout / cancel), 58 (system).
+const UNAVAILABLE_CODE = /^(08|53|57P0|57014|58)/;
+const UNAVAILABLE_NODE_CODES = new Set([
+  'ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EPIPE', 'ENOTFOUND', 'EAI_AGAIN', 'EHOSTUNREACH', 'ENETUNREACH', 'ECONNABORTED',
+  // postgres-js
+  'CONNECTION_CLOSED', 'CONNECTION_ENDED', 'CONNECTION_DESTROYED', 'CONNECT_TIMEOUT',
+]);
+const UNAVAILABLE_MESSAGES = [
+  /connection terminated/i, // node-postgres: server went away mid-query
+  /timeout exceeded when trying to connect/i, // node-postgres pool connectionTimeoutMillis
+  /connection (?:is )?(?:closed|ended)/i,
+  /client has encountered a connection error/i,
+  /cannot use a pool after calling end/i,
+  /pglite is closed/i,
+  /query read timeout/i,
+];
+
+/** Walks `error.cause` chains (Drizzle wraps driver errors in `DrizzleQueryError`). */
+function* causeChain(error: unknown): Generator<Record<string, unknown>> {
+  let current = error;
+  for (let depth = 0; depth < 8 && typeof current === 'object' && current !== null; depth++) {
+    yield current as Record<string, unknown>;
+    current = (current as { cause?: unknown }).cause;
+  }
+}
+
+/** Returns the database failure kind of `error`, or `undefined` when it is not one (e.g. a handler bug or a constraint violation). */
+export function classifyDatabaseError(error: unknown): DatabaseFailure | undefined {
+  for (const link of causeChain(error)) {
+    const code = typeof link.code === 'string' ? link.code : undefined;
+    if (code !== undefined) {
+      if (TRANSIENT_CONFLICT_CODES.has(code)) return 'transient-conflict';
+      if (LOCK_TIMEOUT_CODES.has(code)) return 'lock-timeout';
+      if (UNAVAILABLE_CODE.test(code) || UNAVAILABLE_NODE_CODES.has(code)) return 'unavailable';
+    }
+    // AggregateError from net.connect when every address family fails.
+    if (Array.isArray(link.errors) && link.errors.some((e) => classifyDatabaseError(e) === 'unavailable')) return 'unavailable';
+    const message = typeof link.message === 'string' ? link.message : '';
+    if (UNAVAILABLE_MESSAGES.some((pattern) => pattern.test(message))) return 'unavailable';
+  }
+  return undefined;
+}

@@ -1,0 +1,108 @@
+/**
+ * The one error model of inboxed. Every error the SDK raises or attaches to an outcome is an
+ * {@link InboxError} with a stable {@link InboxErrorCode}; adapters add their own codes through
+ * the same class so callers can switch on `code` without caring which package raised it.
+ */
+
+/** Stable error codes raised by `@inboxed/core`. Adapters extend this set with their own strings. */
+export const InboxErrorCodes = {
+  /** The message id is missing, empty, not a string, or longer than 512 bytes. */
+  INVALID_MESSAGE_ID: 'INVALID_MESSAGE_ID',
+  /** A known message id arrived with a different payload fingerprint. */
+  PAYLOAD_MISMATCH: 'PAYLOAD_MISMATCH',
+  /** The payload could not be fingerprinted (not JSON-serialisable, cyclic, BigInt, ...). */
+  FINGERPRINT_FAILED: 'FINGERPRINT_FAILED',
+  /** The `parse` option rejected the payload before any database work. */
+  VALIDATION_FAILED: 'VALIDATION_FAILED',
+  /** The handler threw a retryable error; the transaction was rolled back. */
+  HANDLER_FAILED: 'HANDLER_FAILED',
+  /** The handler threw a {@link PermanentError} (or an error classified as permanent). */
+  PERMANENT_FAILURE: 'PERMANENT_FAILURE',
+  /** The message failed `maxAttempts` times. */
+  MAX_ATTEMPTS_EXCEEDED: 'MAX_ATTEMPTS_EXCEEDED',
+  /** The database could not be reached, dropped the connection, or timed out. */
+  DATABASE_UNAVAILABLE: 'DATABASE_UNAVAILABLE',
+  /** A concurrent copy of the same message held the inbox row longer than `lockTimeoutMs`. */
+  LOCK_TIMEOUT: 'LOCK_TIMEOUT',
+  /** Serialization failures or deadlocks persisted through every transparent retry. */
+  TRANSACTION_CONFLICT: 'TRANSACTION_CONFLICT',
+  /** An option passed to inboxed is invalid. Thrown synchronously at construction time. */
+  INVALID_OPTIONS: 'INVALID_OPTIONS',
+  /** A table or schema name is not a plain SQL identifier. */
+  INVALID_IDENTIFIER: 'INVALID_IDENTIFIER',
+  /** `migrate()` failed; the cause holds the database error. */
+  MIGRATION_FAILED: 'MIGRATION_FAILED',
+} as const;
+
+/** A code from {@link InboxErrorCodes}, or an adapter's own code. */
+export type InboxErrorCode = (typeof InboxErrorCodes)[keyof typeof InboxErrorCodes] | (string & {});
+
+/** Extra context attached to an error: never required to handle it, always useful to log it. */
+export type InboxErrorDetails = Record<string, unknown>;
+
+const INBOX_ERROR_BRAND = Symbol.for('inboxed.InboxError');
+const PERMANENT_ERROR_BRAND = Symbol.for('inboxed.PermanentError');
+
+export interface InboxErrorOptions {
+  /** The underlying error, kept as `error.cause`. */
+  cause?: unknown;
+  /** Message ids the error concerns. */
+  messageIds?: readonly string[];
+  /** Structured context (consumer, table, attempt, ...). */
+  details?: InboxErrorDetails;
+}
+
+/** An error raised by inboxed. Switch on {@link InboxError.code}; never on the message text. */
+export class InboxError extends Error {
+  /** @internal brand so that two installed copies of the package still recognise each other. */
+  readonly [INBOX_ERROR_BRAND] = true;
+  /** Stable, machine-readable code. */
+  readonly code: InboxErrorCode;
+  /** Message ids this error concerns (empty when it concerns none). */
+  readonly messageIds: readonly string[];
+  /** Structured context for logs. */
+  readonly details: InboxErrorDetails;
+
+  constructor(code: InboxErrorCode, message: string, options: InboxErrorOptions = {}) {
+    super(message, options.cause === undefined ? undefined : { cause: options.cause });
+    this.name = 'InboxError';
+    this.code = code;
+    this.messageIds = options.messageIds ?? [];
+    this.details = options.details ?? {};
+  }
+}
+
+/**
+ * Throw this (or a subclass) from a handler when retrying cannot help: the message is
+ * dead-lettered at once with reason `permanent-failure` instead of being retried.
+ */
+export class PermanentError extends Error {
+  /** @internal */
+  readonly [PERMANENT_ERROR_BRAND] = true;
+
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.name = 'PermanentError';
+  }
+}
+
+/** True for an {@link InboxError}, including one created by another installed copy of inboxed. */
+export function isInboxError(error: unknown): error is InboxError {
+  return typeof error === 'object' && error !== null && (error as Record<symbol, unknown>)[INBOX_ERROR_BRAND] === true;
+}
+
+/** True for a {@link PermanentError}, including one created by another installed copy of inboxed. */
+export function isPermanentError(error: unknown): error is PermanentError {
+  return typeof error === 'object' && error !== null && (error as Record<symbol, unknown>)[PERMANENT_ERROR_BRAND] === true;
+}
+
+/** A readable one-line description of any thrown value, for logs and dead-letter headers. */
+export function describeError(error: unknown): string {
+  if (error instanceof Error) return `${error.name}: ${error.message}`;
+  if (typeof error === 'string') return error;
+  try {
+    return JSON.stringify(error) ?? String(error);
+  } catch {
+    return String(error);
+  }
+}

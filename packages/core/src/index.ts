@@ -1,0 +1,51 @@
+/**
+ * @inboxed/core: exactly-once database effects for message consumers. For one consumer and one
+ * message id, the handler's effect in your PostgreSQL database commits at most once, and every
+ * delivery ends as an outcome your broker adapter acts on (ack, retry later, or dead-letter).
+ *
+ * @packageDocumentation
+ */
+export { withInbox, type InboxHandler } from './with-inbox.js';
+export { withInboxBatch, type InboxBatchHandler, type BatchHandlerContext, type BatchRejections } from './with-inbox-batch.js';
+export type { InboxOptions } from './options.js';
+export {
+  reject,
+  isRejection,
+  isBatchProcessor,
+  OutcomeReasons,
+  type AnyPgDatabase,
+  type TransactionOf,
+  type InboxMessage,
+  type InboxOutcome,
+  type InboxStatus,
+  type OutcomeReason,
+  type Rejection,
+  type HandlerContext,
+  type InboxProcessor,
+  type InboxBatchProcessor,
+  type AnyInboxProcessor,
+} from './types.js';
+export {
+  InboxError,
+  InboxErrorCodes,
+  PermanentError,
+  isInboxError,
+  isPermanentError,
+  describeError,
+  type InboxErrorCode,
+  type InboxErrorDetails,
+  type InboxErrorOptions,
+} from './errors.js';
+export { fingerprintMessage, fingerprintValue, type FingerprintOption } from './fingerprint.js';
+export { checkMessageId, MAX_MESSAGE_ID_BYTES } from './message-id.js';
+export { backoffDelay, type BackoffOptions } from './backoff.js';
+export { classifyDatabaseError, type DatabaseFailure } from './database-errors.js';
+export {
+  createInboxTables,
+  inboxTable,
+  inboxAttemptsTable,
+  type InboxTableNames,
+  type InboxTables,
+} from './schema.js';
+export { migrate, type MigrateResult } from './migrations/migrate.js';
+export { migrations, renderMigrationSql, type Migration } from './migrations/migrations.js';

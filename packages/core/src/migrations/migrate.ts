@@ -1,0 +1,62 @@
+import { sql } from 'drizzle-orm';
+import { integer, pgSchema, pgTable, text } from 'drizzle-orm/pg-core';
+import { InboxError, InboxErrorCodes, isInboxError } from '../errors.js';
+import { resolveTableNames, type InboxTableNames, type ResolvedTableNames } from '../schema.js';
+import type { AnyPgDatabase } from '../types.js';
+import { migrations } from './migrations.js';
+
+/** What {@link migrate} did. */
+export interface MigrateResult {
+  /** Versions applied by this call, in order (empty when already up to date). */
+  applied: number[];
+  /** The schema version after the call. */
+  version: number;
+}
+
+function historyTable(names: ResolvedTableNames) {
+  const table = (names.schema === undefined ? pgTable : pgSchema(names.schema).table) as typeof pgTable;
+  return table(`${names.table}_migrations`, {
+    version: integer('version').primaryKey(),
+    name: text('name').notNull(),
+  });
+}
+
+/**
+ * Creates or upgrades the inbox tables for users without drizzle-kit. Idempotent and safe to run
+ * from several processes at once: a transaction-scoped advisory lock serialises concurrent calls,
+ * and applied versions are recorded in `<table>_migrations`.
+ *
+ * ```ts
+ * await migrate(db);                                  // public.inbox
+ * await migrate(db, { schema: 'messaging' });         // messaging.inbox
+ * ```
+ */
+export async function migrate(db: AnyPgDatabase, names: InboxTableNames = {}): Promise<MigrateResult> {
+  const resolved = resolveTableNames(names);
+  const history = historyTable(resolved);
+  const latest = migrations[migrations.length - 1]?.version ?? 0;
+  try {
+    return await db.transaction(async (tx) => {
+      const lockKey = `inboxed:${resolved.schema ?? 'public'}.${resolved.table}`;
+      await tx.execute(sql`select pg_advisory_xact_lock(hashtext(${lockKey}))`);
+      if (resolved.schema !== undefined) await tx.execute(sql.raw(`CREATE SCHEMA IF NOT EXISTS "${resolved.schema}"`));
+      const historyName = resolved.schema === undefined ? `"${resolved.table}_migrations"` : `"${resolved.schema}"."${resolved.table}_migrations"`;
+      await tx.execute(sql.raw(`CREATE TABLE IF NOT EXISTS ${historyName} ("version" integer PRIMARY KEY, "name" text NOT NULL, "applied_at" timestamp with time zone DEFAULT now() NOT NULL)`));
+      const done = new Set((await tx.select({ version: history.version }).from(history)).map((r) => r.version));
+      const applied: number[] = [];
+      for (const migration of migrations) {
+        if (done.has(migration.version)) continue;
+        for (const statement of migration.statements(resolved)) await tx.execute(sql.raw(statement));
+        await tx.insert(history).values({ version: migration.version, name: migration.name });
+        applied.push(migration.version);
+      }
+      return { applied, version: latest };
+    });
+  } catch (error) {
+    if (isInboxError(error)) throw error;
+    throw new InboxError(InboxErrorCodes.MIGRATION_FAILED, `inbox migration failed: ${(error as Error)?.message ?? String(error)}`, {
+      cause: error,
+      details: { schema: resolved.schema, table: resolved.table },
+    });
+  }
+}

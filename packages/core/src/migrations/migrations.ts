@@ -1,0 +1,58 @@
+import type { ResolvedTableNames } from '../schema.js';
+
+/** One numbered schema change. `statements` run in order inside `migrate()`'s transaction. */
+export interface Migration {
+  version: number;
+  name: string;
+  statements(names: ResolvedTableNames): string[];
+}
+
+function qualified(names: ResolvedTableNames, table: string): string {
+  return names.schema === undefined ? `"${table}"` : `"${names.schema}"."${table}"`;
+}
+
+/**
+ * The inbox's schema history. Append only: a released migration never changes, so databases
+ * migrated by an older release and by `drizzle-kit` from `createInboxTables()` stay identical.
+ * `scripts/write-migrations.ts` renders these, with default names, into `migrations/*.sql`.
+ */
+export const migrations: readonly Migration[] = [
+  {
+    version: 1,
+    name: 'create_inbox',
+    statements: (names) => {
+      const inbox = qualified(names, names.table);
+      const attempts = qualified(names, names.attemptsTable);
+      return [
+        `CREATE TABLE IF NOT EXISTS ${inbox} (
+\t"consumer" text NOT NULL,
+\t"message_id" text NOT NULL,
+\t"fingerprint" text,
+\t"status" text NOT NULL,
+\t"reason" text,
+\t"source" text,
+\t"received_at" timestamp with time zone DEFAULT now() NOT NULL,
+\t"completed_at" timestamp with time zone DEFAULT now() NOT NULL,
+\tCONSTRAINT "${names.table}_pkey" PRIMARY KEY("consumer","message_id")
+)`,
+        `CREATE TABLE IF NOT EXISTS ${attempts} (
+\t"consumer" text NOT NULL,
+\t"message_id" text NOT NULL,
+\t"attempts" integer NOT NULL,
+\t"first_attempt_at" timestamp with time zone DEFAULT now() NOT NULL,
+\t"last_attempt_at" timestamp with time zone DEFAULT now() NOT NULL,
+\t"last_error" text,
+\t"last_error_code" text,
+\tCONSTRAINT "${names.attemptsTable}_pkey" PRIMARY KEY("consumer","message_id")
+)`,
+        `CREATE INDEX IF NOT EXISTS "${names.table}_completed_at_idx" ON ${inbox} USING btree ("completed_at")`,
+      ];
+    },
+  },
+];
+
+/** Renders a migration as one SQL file, statements separated the way drizzle-kit separates them. */
+export function renderMigrationSql(migration: Migration, names: ResolvedTableNames): string {
+  return `-- inboxed migration ${String(migration.version).padStart(4, '0')}_${migration.name}\n` +
+    migration.statements(names).map((s) => `${s};`).join('\n--> statement-breakpoint\n') + '\n';
+}

@@ -1,0 +1,147 @@
+import type { PgDatabase, PgQueryResultHKT } from 'drizzle-orm/pg-core';
+import type { InboxError } from './errors.js';
+
+/**
+ * Any Drizzle PostgreSQL database: `drizzle-orm/node-postgres`, `drizzle-orm/postgres-js` or
+ * `drizzle-orm/pglite`. inboxed uses only `transaction()`, `insert()`, `select()`, `update()` and
+ * `delete()` on it, so your own instance (with your own schema) is passed straight through.
+ */
+// eslint-disable-next-line @typescript-eslint/no-explicit-any
+export type AnyPgDatabase = PgDatabase<PgQueryResultHKT, any, any>;
+
+/** The transaction type of a Drizzle database: what `db.transaction(async (tx) => ...)` hands you. */
+export type TransactionOf<TDb extends AnyPgDatabase> = Parameters<Parameters<TDb['transaction']>[0]>[0];
+
+/** One delivery of a message, in the broker-neutral shape adapters produce. */
+export interface InboxMessage<TPayload = unknown> {
+  /**
+   * The producer's stable id of the logical message. Redeliveries and producer retries must carry
+   * the same id: a broker delivery tag or receipt handle is never a message id.
+   * At most 512 bytes of UTF-8.
+   */
+  id: string;
+  /** The decoded body: a JSON value, or a `Uint8Array`/`Buffer` for non-JSON bodies. */
+  payload: TPayload;
+  /** Transport headers or attributes, for the handler's information. Not fingerprinted. */
+  headers?: Record<string, unknown>;
+  /**
+   * The delivery attempt as the broker counts it (1 = first delivery), when the broker knows.
+   * inboxed also counts failed attempts durably in the database and uses the larger of the two.
+   */
+  attempt?: number;
+  /** When the consumer received the message. Defaults to the database's `now()`. */
+  receivedAt?: Date;
+  /** Where the message came from (`amqp:orders`, `kafka:payments/3`), stored with the inbox row. */
+  source?: string;
+}
+
+/** What became of one delivery. Adapters act on `status`; everything else is for logs and headers. */
+export type InboxStatus = 'processed' | 'duplicate' | 'rejected' | 'conflict' | 'retry' | 'dead-letter';
+
+/**
+ * Stable reasons attached to outcomes. Adapters copy them into dead-letter headers, so they never
+ * change spelling. Adapters may add their own (e.g. `unparseable-body`).
+ */
+export const OutcomeReasons = {
+  /** `conflict`: the id is known with a different payload fingerprint. */
+  PAYLOAD_MISMATCH: 'payload-mismatch',
+  /** `dead-letter`: the message had no id. */
+  MISSING_MESSAGE_ID: 'missing-message-id',
+  /** `dead-letter`: the id was empty, not a string, or over 512 bytes. */
+  INVALID_MESSAGE_ID: 'invalid-message-id',
+  /** `dead-letter`: the payload could not be fingerprinted. */
+  UNFINGERPRINTABLE_PAYLOAD: 'unfingerprintable-payload',
+  /** `dead-letter`: the `parse` option rejected the payload. */
+  VALIDATION_FAILED: 'validation-failed',
+  /** `dead-letter`: the handler threw a permanent error. */
+  PERMANENT_FAILURE: 'permanent-failure',
+  /** `dead-letter`: the handler failed `maxAttempts` times. */
+  MAX_ATTEMPTS_EXCEEDED: 'max-attempts-exceeded',
+  /** `retry`: the handler threw a retryable error. */
+  HANDLER_FAILED: 'handler-failed',
+  /** `retry`: the database was unreachable or timed out. */
+  DATABASE_UNAVAILABLE: 'database-unavailable',
+  /** `retry`: a concurrent copy held the inbox row longer than `lockTimeoutMs`. */
+  IN_PROGRESS: 'in-progress',
+  /** `retry`: serialization failures or deadlocks outlasted the transparent retries. */
+  TRANSACTION_CONFLICT: 'transaction-conflict',
+  /** `duplicate`: a second copy of the same id inside one batch. */
+  DUPLICATE_IN_BATCH: 'duplicate-in-batch',
+} as const;
+
+/** A reason from {@link OutcomeReasons}, a business rejection reason, or an adapter's reason. */
+export type OutcomeReason = (typeof OutcomeReasons)[keyof typeof OutcomeReasons] | (string & {});
+
+/** The result of processing one delivery. */
+export interface InboxOutcome {
+  /** What the adapter must do: ack (`processed`, `duplicate`, `rejected`), redeliver later (`retry`), or dead-letter (`dead-letter`, `conflict`). */
+  status: InboxStatus;
+  /** The message id (as received, stringified when it was not a string). */
+  messageId: string;
+  /** The consumer (dedup scope) that processed it. */
+  consumer: string;
+  /** Why: a stable {@link OutcomeReason}, or the business reason given to `reject()`. */
+  reason?: OutcomeReason;
+  /** The error behind a `retry`, `dead-letter` or `conflict`. */
+  error?: InboxError;
+  /** The attempt number this outcome concerns (durable count when known, else the broker's). */
+  attempt?: number;
+  /** For `retry`: how long to wait before the next attempt (exponential backoff, full jitter). */
+  retryAfterMs?: number;
+  /** First failed attempt, when failures were recorded (for dead-letter headers). */
+  firstAttemptAt?: Date;
+  /** Latest failed attempt, when failures were recorded. */
+  lastAttemptAt?: Date;
+}
+
+/** A stable business rejection returned by a handler; see {@link reject}. */
+export interface Rejection {
+  readonly kind: 'inboxed.rejection';
+  readonly reason: string;
+}
+
+/**
+ * Return `reject(reason)` from a handler for a stable business outcome ("insufficient funds"):
+ * the message is recorded as completed with status `rejected`, acked, and later redeliveries are
+ * acked without running the handler again. Any writes the handler made in `tx` still commit.
+ */
+export function reject(reason: string): Rejection {
+  return { kind: 'inboxed.rejection', reason };
+}
+
+/** True when a handler's return value is a {@link Rejection}. */
+export function isRejection(value: unknown): value is Rejection {
+  return typeof value === 'object' && value !== null && (value as { kind?: unknown }).kind === 'inboxed.rejection';
+}
+
+/** Context handed to a handler next to the message and the transaction. */
+export interface HandlerContext {
+  /** The consumer (dedup scope). */
+  consumer: string;
+  /** The broker's delivery attempt (1 when unknown). */
+  attempt: number;
+}
+
+/** A per-message processor built by {@link withInbox}, ready to hand to a broker adapter. */
+export interface InboxProcessor {
+  (message: InboxMessage): Promise<InboxOutcome>;
+  /** Distinguishes a per-message processor from a batch one for adapters. */
+  readonly kind: 'single';
+  /** The consumer (dedup scope) this processor writes under. */
+  readonly consumer: string;
+}
+
+/** A batch processor built by {@link withInboxBatch}: outcomes come back in input order. */
+export interface InboxBatchProcessor {
+  (messages: readonly InboxMessage[]): Promise<InboxOutcome[]>;
+  readonly kind: 'batch';
+  readonly consumer: string;
+}
+
+/** Either kind of processor; adapters accept both. */
+export type AnyInboxProcessor = InboxProcessor | InboxBatchProcessor;
+
+/** True when `processor` came from {@link withInboxBatch}. */
+export function isBatchProcessor(processor: AnyInboxProcessor): processor is InboxBatchProcessor {
+  return processor.kind === 'batch';
+}

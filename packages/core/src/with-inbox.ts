@@ -1,0 +1,80 @@
+import { ClaimFailure, outcomeOfFailure } from './failure.js';
+import { InboxStore } from './inbox-store.js';
+import { resolveOptions, type InboxOptions } from './options.js';
+import { isOutcome, outcomeOfExisting, prepareMessage } from './prepare.js';
+import { inTransaction } from './transaction.js';
+import {
+  isRejection,
+  type AnyPgDatabase,
+  type HandlerContext,
+  type InboxMessage,
+  type InboxOutcome,
+  type InboxProcessor,
+  type Rejection,
+  type TransactionOf,
+} from './types.js';
+
+/**
+ * Your message handler. Make every database change through `tx`, the Drizzle transaction of your
+ * own `db`: it commits together with the inbox row, or not at all. Return nothing for success or
+ * `reject(reason)` for a stable business rejection; throw to fail (retried unless permanent).
+ */
+export type InboxHandler<TDb extends AnyPgDatabase, TPayload = unknown> = (
+  message: InboxMessage<TPayload>,
+  tx: TransactionOf<TDb>,
+  context: HandlerContext,
+) => Promise<void | Rejection> | void | Rejection;
+
+/**
+ * Wraps a handler so that, for one consumer and one message id, its database effect commits at
+ * most once. Per delivery: one transaction that claims `(consumer, message id)` under the inbox's
+ * unique key, runs the handler, records the outcome and commits. The returned processor never
+ * throws for a message's sake; it resolves to an {@link InboxOutcome} the broker adapter acts on.
+ *
+ * ```ts
+ * const process = withInbox(async (message, tx) => {
+ *   await tx.insert(orders).values({ id: message.payload.orderId });
+ * }, { db, consumer: 'billing.order-created' });
+ * const outcome = await process({ id: 'msg-1', payload: { orderId: 42 } });
+ * ```
+ */
+export function withInbox<TDb extends AnyPgDatabase, TPayload = unknown>(
+  handler: InboxHandler<TDb, TPayload>,
+  options: InboxOptions<TDb, TPayload>,
+): InboxProcessor {
+  const resolved = resolveOptions(options);
+  const store = new InboxStore(resolved.tables, resolved.consumer, resolved.lockTimeoutMs);
+  const { consumer } = resolved;
+
+  const processor = async (delivery: InboxMessage): Promise<InboxOutcome> => {
+    const prepared = prepareMessage(resolved, delivery);
+    if (isOutcome(prepared)) return prepared;
+    const { message, fingerprint } = prepared;
+    const context: HandlerContext = { consumer, attempt: message.attempt ?? 1 };
+    try {
+      return await inTransaction(resolved, async (tx) => {
+        let claimed: Set<string>;
+        try {
+          claimed = await store.claim(tx, [{ messageId: message.id, fingerprint, source: message.source, receivedAt: message.receivedAt }]);
+        } catch (error) {
+          throw new ClaimFailure(error);
+        }
+        if (!claimed.has(message.id)) {
+          const existing = (await store.find(tx, [message.id])).get(message.id);
+          // Gone between the conflict and the read: only retention could do that. Let the broker retry.
+          if (existing === undefined) throw new Error('inbox row vanished between claim and read');
+          return outcomeOfExisting(resolved, message, fingerprint, existing);
+        }
+        const result = await handler(message, tx, context);
+        if (isRejection(result)) {
+          await store.markRejected(tx, message.id, result.reason);
+          return { status: 'rejected', messageId: message.id, consumer, reason: result.reason, attempt: context.attempt } satisfies InboxOutcome;
+        }
+        return { status: 'processed', messageId: message.id, consumer, attempt: context.attempt } satisfies InboxOutcome;
+      });
+    } catch (error) {
+      return outcomeOfFailure(resolved, store, message, error);
+    }
+  };
+  return Object.assign(processor, { kind: 'single' as const, consumer });
+}

@@ -1,0 +1,9 @@
+/**
+ * Integration-test plumbing shared by every package: real service endpoints, a fresh PostgreSQL
+ * schema per test, a domain table to count effects in, and a TCP proxy to cut connections.
+ */
+export { databaseUrl, requireService } from './services.js';
+export { createTestDatabase, type TestDatabase, type Driver, DRIVERS } from './test-database.js';
+export { startTcpProxy, type TcpProxy } from './tcp-proxy.js';
+export { uniqueName } from './unique-name.js';
+export { waitFor } from './wait-for.js';

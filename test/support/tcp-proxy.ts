@@ -1,0 +1,52 @@
+import net from 'node:net';
+
+/** A loopback TCP proxy whose connections a test can cut, to simulate a database or broker going away. */
+export interface TcpProxy {
+  /** Local port to connect to instead of the target. */
+  port: number;
+  /** Destroys every open connection and refuses new ones until {@link TcpProxy.restore}. */
+  cut(): void;
+  /** Accepts connections again. */
+  restore(): void;
+  close(): Promise<void>;
+}
+
+/** Starts a proxy on 127.0.0.1 (random port) forwarding to `targetHost:targetPort`. */
+export async function startTcpProxy(targetHost: string, targetPort: number): Promise<TcpProxy> {
+  const sockets = new Set<net.Socket>();
+  let open = true;
+  const server = net.createServer((client) => {
+    if (!open) {
+      client.destroy();
+      return;
+    }
+    const upstream = net.connect(targetPort, targetHost);
+    sockets.add(client).add(upstream);
+    const drop = () => {
+      client.destroy();
+      upstream.destroy();
+      sockets.delete(client);
+      sockets.delete(upstream);
+    };
+    client.on('error', drop).on('close', drop);
+    upstream.on('error', drop).on('close', drop);
+    client.pipe(upstream).pipe(client);
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const port = (server.address() as net.AddressInfo).port;
+  return {
+    port,
+    cut() {
+      open = false;
+      for (const socket of sockets) socket.destroy();
+      sockets.clear();
+    },
+    restore() {
+      open = true;
+    },
+    close() {
+      this.cut();
+      return new Promise((resolve) => server.close(() => resolve()));
+    },
+  };
+}

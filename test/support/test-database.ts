@@ -1,0 +1,97 @@
+import { PGlite } from '@electric-sql/pglite';
+import { sql } from 'drizzle-orm';
+import { drizzle as drizzleNodePg } from 'drizzle-orm/node-postgres';
+import { bigserial, integer, jsonb, pgSchema, text } from 'drizzle-orm/pg-core';
+import { drizzle as drizzlePglite } from 'drizzle-orm/pglite';
+import { drizzle as drizzlePostgresJs } from 'drizzle-orm/postgres-js';
+import pg from 'pg';
+import postgres from 'postgres';
+import { databaseUrl } from './services.js';
+import { uniqueName } from './unique-name.js';
+
+/** The Drizzle drivers inboxed supports; every core behaviour is proven on each. */
+export type Driver = 'node-postgres' | 'postgres-js' | 'pglite';
+export const DRIVERS: readonly Driver[] = ['node-postgres', 'postgres-js', 'pglite'];
+
+function effectsTableIn(schema: string) {
+  // The "domain" table of the tests: one row per applied effect, so effects are counted, not guessed.
+  return pgSchema(schema).table('effects', {
+    id: bigserial('id', { mode: 'number' }).primaryKey(),
+    messageId: text('message_id').notNull(),
+    value: jsonb('value'),
+    amount: integer('amount'),
+  });
+}
+
+let sharedPglite: PGlite | undefined;
+
+export type EffectsTable = ReturnType<typeof effectsTableIn>;
+
+/** A database handle on a fresh schema of its own, dropped by `close()`. */
+export interface TestDatabase {
+  driver: Driver;
+  /** Drizzle database, typed loosely so one suite runs on every driver. */
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any
+  db: any;
+  /** The schema created for this test; pass it as `tables: { schema }`. */
+  schema: string;
+  /** `<schema>.effects`: the test's domain table. */
+  effects: EffectsTable;
+  /** Number of rows in `effects` (optionally for one message id). */
+  countEffects(messageId?: string): Promise<number>;
+  /** Runs SQL and returns rows as plain objects, on any driver. */
+  query<T = Record<string, unknown>>(text: string): Promise<T[]>;
+  close(): Promise<void>;
+}
+
+/**
+ * Opens the requested driver on a brand-new schema with an `effects` table. Real PostgreSQL for
+ * `node-postgres` and `postgres-js` (the integration URL); in-process PGlite for `pglite`.
+ */
+export async function createTestDatabase(driver: Driver, options: { poolSize?: number; label?: string } = {}): Promise<TestDatabase> {
+  const schema = uniqueName(options.label ?? 't');
+  const poolSize = options.poolSize ?? 10;
+  let db: any;
+  let rawQuery: (text: string) => Promise<Record<string, unknown>[]>;
+  let end: () => Promise<void>;
+  if (driver === 'node-postgres') {
+    const pool = new pg.Pool({ connectionString: databaseUrl(), max: poolSize });
+    db = drizzleNodePg(pool);
+    rawQuery = async (text) => (await pool.query(text)).rows;
+    end = () => pool.end();
+  } else if (driver === 'postgres-js') {
+    const client = postgres(databaseUrl(), { max: poolSize, onnotice: () => {} });
+    db = drizzlePostgresJs(client);
+    rawQuery = async (text) => [...(await client.unsafe(text))] as Record<string, unknown>[];
+    end = () => client.end({ timeout: 5 });
+  } else {
+    // One embedded database per test worker (booting PGlite costs ~1 s); tests still get their own schema.
+    sharedPglite ??= new PGlite();
+    const client = sharedPglite;
+    db = drizzlePglite(client);
+    rawQuery = async (text) => (await client.query<Record<string, unknown>>(text)).rows;
+    end = async () => {};
+  }
+  await rawQuery(`create schema "${schema}"`);
+  await rawQuery(`create table "${schema}".effects (id bigserial primary key, message_id text not null, value jsonb, amount integer)`);
+  const effects = effectsTableIn(schema);
+  return {
+    driver,
+    db,
+    schema,
+    effects,
+    async countEffects(messageId) {
+      const where = messageId === undefined ? sql`true` : sql`${effects.messageId} = ${messageId}`;
+      const rows = await db.select({ n: sql<number>`count(*)::int` }).from(effects).where(where);
+      return Number(rows[0].n);
+    },
+    query: rawQuery as TestDatabase['query'],
+    async close() {
+      try {
+        await rawQuery(`drop schema "${schema}" cascade`);
+      } finally {
+        await end();
+      }
+    },
+  };
+}

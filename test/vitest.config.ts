@@ -1,0 +1,14 @@
+import { defineProject } from 'vitest/config';
+
+export default defineProject({
+  resolve: { conditions: ['@inboxed/source'] },
+  ssr: { resolve: { conditions: ['@inboxed/source'] } },
+  test: {
+    name: 'system',
+    include: ['fault/**/*.test.ts', 'soak/**/*.test.ts'],
+    globalSetup: ['./support/postgres-setup.ts'],
+    testTimeout: 120_000,
+    hookTimeout: 60_000,
+    passWithNoTests: true,
+  },
+});
