@@ -1,4 +1,4 @@
-import { inject } from 'vitest';
+import { inject, type ProvidedContext } from 'vitest';
 
 declare module 'vitest' {
   export interface ProvidedContext {
@@ -10,7 +10,7 @@ declare module 'vitest' {
  * Reads an endpoint the global setup resolved (env var, local service, or a testcontainer).
  * A missing service is a failure: these tests never skip silently.
  */
-export function requireService<K extends 'databaseUrl'>(key: K): string {
+export function requireService<K extends keyof ProvidedContext>(key: K): ProvidedContext[K] {
   const value = inject(key);
   if (!value) throw new Error(`${key} was not provided: is the package's vitest globalSetup configured?`);
   return value;

@@ -34,7 +34,7 @@ export async function startTcpProxy(targetHost: string, targetPort: number): Pro
   });
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   const port = (server.address() as net.AddressInfo).port;
-  return {
+  const proxy: TcpProxy = {
     port,
     cut() {
       open = false;
@@ -45,8 +45,9 @@ export async function startTcpProxy(targetHost: string, targetPort: number): Pro
       open = true;
     },
     close() {
-      this.cut();
+      proxy.cut();
       return new Promise((resolve) => server.close(() => resolve()));
     },
   };
+  return proxy;
 }

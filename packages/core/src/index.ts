@@ -49,3 +49,5 @@ export {
 } from './schema.js';
 export { migrate, type MigrateResult } from './migrations/migrate.js';
 export { migrations, renderMigrationSql, type Migration } from './migrations/migrations.js';
+export { sleep } from './backoff.js';
+export * from './adapter/index.js';

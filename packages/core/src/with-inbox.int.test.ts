@@ -20,10 +20,11 @@ describe.each(DRIVERS)('withInbox on %s', (driver) => {
   const inboxRows = () => t.query<{ message_id: string; status: string; reason: string | null }>(`select message_id, status, reason from "${t.schema}".inbox order by message_id`);
   const attemptRows = () => t.query<{ message_id: string; attempts: number; last_error: string }>(`select message_id, attempts, last_error from "${t.schema}".inbox_attempts`);
 
-  function processor(handler = vi.fn(async (message: InboxMessage, tx: any) => {
+  type Handler = (message: InboxMessage, tx: any) => Promise<unknown>;
+  function processor(handler: Handler = vi.fn(async (message: InboxMessage, tx: any) => {
     await tx.insert(t.effects).values({ messageId: message.id, value: message.payload });
   }), extra: Record<string, unknown> = {}) {
-    const process = withInbox(handler, { db: t.db, consumer: 'test-consumer', tables: { schema: t.schema }, backoff: { baseDelayMs: 10 }, ...extra });
+    const process = withInbox(handler as never, { db: t.db, consumer: 'test-consumer', tables: { schema: t.schema }, backoff: { baseDelayMs: 10 }, ...extra });
     return { process, handler };
   }
 
