@@ -10,7 +10,8 @@ import type { InboxError } from './errors.js';
 export type AnyPgDatabase = PgDatabase<PgQueryResultHKT, any, any>;
 
 /** The transaction type of a Drizzle database: what `db.transaction(async (tx) => ...)` hands you. */
-export type TransactionOf<TDb extends AnyPgDatabase> = Parameters<Parameters<TDb['transaction']>[0]>[0];
+// (An untyped `any` database yields an untyped transaction rather than `never`.)
+export type TransactionOf<TDb extends AnyPgDatabase> = 0 extends 1 & TDb ? any : Parameters<Parameters<TDb['transaction']>[0]>[0];
 
 /** One delivery of a message, in the broker-neutral shape adapters produce. */
 export interface InboxMessage<TPayload = unknown> {
