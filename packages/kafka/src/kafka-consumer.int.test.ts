@@ -1,0 +1,113 @@
+import { migrate, withInbox, withInboxBatch, type InboxMessage } from '@inboxed/core';
+import { createOutcomeRecorder } from '@inboxed/core/testing';
+import { createTestDatabase, uniqueName, waitFor, type TestDatabase } from '@inboxed/test-support';
+import type { Kafka } from 'kafkajs';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { brokerOptions, committedOffsets, createTopic, produce, readTopic, testKafka } from '../test/kafka-test-kit.js';
+import { createKafkaConsumer, type KafkaConsumerOptions, type KafkaInboxConsumer } from './index.js';
+
+describe('createKafkaConsumer against a Kafka-protocol broker', () => {
+  let t: TestDatabase;
+  let kafka: Kafka;
+  let topic: string;
+  let groupId: string;
+  const running: KafkaInboxConsumer[] = [];
+
+  beforeEach(async () => {
+    t = await createTestDatabase('node-postgres', { poolSize: 10 });
+    await migrate(t.db, { schema: t.schema });
+    kafka = testKafka();
+    topic = uniqueName('payments');
+    groupId = uniqueName('group');
+  });
+  afterEach(async () => {
+    await Promise.all(running.splice(0).map((c) => c.stop()));
+    await t.close();
+  });
+
+  const insertEffect = async (message: InboxMessage, tx: any) => {
+    await tx.insert(t.effects).values({ messageId: message.id, value: message.payload });
+  };
+
+  async function start(handler: KafkaConsumerOptions['handler'], extra: Partial<KafkaConsumerOptions> = {}): Promise<KafkaInboxConsumer> {
+    const consumer = createKafkaConsumer({ kafka, groupId, topics: [topic], handler, ...brokerOptions(), ...extra });
+    running.push(consumer);
+    await consumer.start();
+    return consumer;
+  }
+
+  it('a record produced three times with one message id has one effect; offsets are committed past all three', async () => {
+    await createTopic(kafka, topic, 1);
+    const recorder = createOutcomeRecorder();
+    const processor = recorder.wrap(withInbox(insertEffect, { db: t.db, consumer: 'billing', tables: { schema: t.schema } }));
+    await produce(kafka, topic, [1, 2, 3].map(() => ({ id: 'pay-1', value: { amount: 10 } })));
+    await start(processor);
+
+    const outcomes = await recorder.waitForCount(3);
+    expect(outcomes.map((o) => o.status)).toEqual(['processed', 'duplicate', 'duplicate']);
+    expect(await t.countEffects('pay-1')).toBe(1);
+    await waitFor('offset 3 committed', async () => (await committedOffsets(kafka, groupId, topic))[0] === 3);
+  });
+
+  it('batch mode: one effect per message id across a pre-filled topic, offsets committed to the end', async () => {
+    await createTopic(kafka, topic, 2);
+    const recorder = createOutcomeRecorder();
+    const processor = recorder.wrap(
+      withInboxBatch(async (messages: InboxMessage[], tx: any) => {
+        await tx.insert(t.effects).values(messages.map((m) => ({ messageId: m.id, value: m.payload })));
+      }, { db: t.db, consumer: 'billing', tables: { schema: t.schema } }),
+    );
+    const records = Array.from({ length: 60 }, (_, i) => ({ id: `pay-${i % 40}`, value: { n: i % 40 }, partition: i % 2 }));
+    await produce(kafka, topic, records);
+    await start(processor, { batchSize: 7 });
+
+    await recorder.waitForCount(60);
+    expect(await t.countEffects()).toBe(40);
+    const counts = recorder.counts();
+    expect(counts.processed).toBe(40);
+    expect(counts.duplicate).toBe(20);
+    await waitFor('offsets committed to the end', async () => {
+      const committed = await committedOffsets(kafka, groupId, topic);
+      return committed[0] === 30 && committed[1] === 30;
+    });
+  });
+
+  it('a record without a message id falls back to topic/partition/offset', async () => {
+    await createTopic(kafka, topic, 1);
+    const recorder = createOutcomeRecorder();
+    const processor = recorder.wrap(withInbox(insertEffect, { db: t.db, consumer: 'billing', tables: { schema: t.schema } }));
+    await produce(kafka, topic, [{ value: { a: 1 } }]);
+    await start(processor);
+    const outcome = await recorder.waitFor(`${topic}/0/0`, { status: 'processed' });
+    expect(outcome.messageId).toBe(`${topic}/0/0`);
+    expect(await t.countEffects(`${topic}/0/0`)).toBe(1);
+  });
+
+  it('an unparseable JSON value is dead-lettered with the parse error and committed past', async () => {
+    await createTopic(kafka, topic, 1);
+    const recorder = createOutcomeRecorder();
+    const processor = recorder.wrap(withInbox(insertEffect, { db: t.db, consumer: 'billing', tables: { schema: t.schema } }));
+    const deadLetters: string[] = [];
+    await produce(kafka, topic, [{ id: 'bad-1', value: '{not json' }, { id: 'good-1', value: { ok: true } }]);
+    const consumer = await start(processor);
+    consumer.on('dead_letter', (outcome, destination) => deadLetters.push(`${outcome.messageId}->${destination}`));
+
+    await recorder.waitFor('good-1', { status: 'processed' });
+    await waitFor('offset 2 committed', async () => (await committedOffsets(kafka, groupId, topic))[0] === 2);
+    expect(deadLetters).toEqual([`bad-1->${topic}.dlq`]);
+    expect(await t.countEffects()).toBe(1);
+    const [dead] = await readTopic(kafka, `${topic}.dlq`, 1);
+    expect(dead!.value!.toString()).toBe('{not json');
+    expect(dead!.headerText).toMatchObject({
+      'x-inboxed-reason': 'unparseable-body',
+      'x-inboxed-error-code': 'UNPARSEABLE_BODY',
+      'x-inboxed-message-id': 'bad-1',
+      'x-inboxed-consumer': 'billing',
+      'x-inboxed-original-topic': topic,
+      'x-inboxed-original-partition': '0',
+      'x-inboxed-original-offset': '0',
+      'message-id': 'bad-1',
+    });
+    expect(dead!.headerText['x-inboxed-error']).toMatch(/not valid JSON/);
+  });
+});

@@ -1,0 +1,109 @@
+/**
+ * The small part of the kafkajs API this adapter uses, typed structurally so any client with a
+ * KafkaJS-compatible surface (kafkajs itself, Confluent's `@confluentinc/kafka-javascript`
+ * KafkaJS API) can be passed in without this package importing it.
+ */
+
+/** Kafka record headers as kafkajs delivers them. */
+export type KafkaHeaders = Record<string, Buffer | string | (Buffer | string)[] | undefined>;
+
+/** One consumed record. */
+export interface KafkaRecord {
+  key: Buffer | null;
+  value: Buffer | null;
+  /** The record's offset, a decimal string (kafkajs keeps offsets as strings: they are int64). */
+  offset: string;
+  timestamp: string;
+  headers?: KafkaHeaders;
+}
+
+/** A record to produce. */
+export interface KafkaOutgoingRecord {
+  key?: Buffer | string | null;
+  value: Buffer | string | null;
+  headers?: Record<string, Buffer | string>;
+}
+
+/** The argument of `consumer.run({ eachMessage })`. */
+export interface EachMessagePayloadLike {
+  topic: string;
+  partition: number;
+  message: KafkaRecord;
+  heartbeat(): Promise<void>;
+  pause(): () => void;
+}
+
+/** One fetched batch of a partition. */
+export interface KafkaBatchLike {
+  topic: string;
+  partition: number;
+  messages: KafkaRecord[];
+}
+
+/** The argument of `consumer.run({ eachBatch })`. */
+export interface EachBatchPayloadLike {
+  batch: KafkaBatchLike;
+  resolveOffset(offset: string): void;
+  heartbeat(): Promise<void>;
+  pause(): () => void;
+  isRunning(): boolean;
+  isStale(): boolean;
+}
+
+/** A topic-partition list as `pause()`/`resume()` take it. */
+export type TopicPartitions = Array<{ topic: string; partitions?: number[] }>;
+
+/** The consumer methods the adapter calls. */
+export interface KafkaConsumerLike {
+  connect(): Promise<void>;
+  disconnect(): Promise<void>;
+  subscribe(subscription: { topics: (string | RegExp)[]; fromBeginning?: boolean }): Promise<void>;
+  run(config: {
+    autoCommit?: boolean;
+    eachBatchAutoResolve?: boolean;
+    partitionsConsumedConcurrently?: number;
+    eachMessage?: (payload: EachMessagePayloadLike) => Promise<void>;
+    eachBatch?: (payload: EachBatchPayloadLike) => Promise<void>;
+  }): Promise<void>;
+  stop(): Promise<void>;
+  commitOffsets(offsets: Array<{ topic: string; partition: number; offset: string }>): Promise<void>;
+  seek(target: { topic: string; partition: number; offset: string }): void;
+  pause(topics: TopicPartitions): void;
+  resume(topics: TopicPartitions): void;
+  /** Instrumentation events: the adapter listens to group joins, rebalances and crashes. */
+  on(eventName: string, listener: (event: { payload: any }) => void): () => void;
+  readonly events: { GROUP_JOIN: string; REBALANCING: string; CRASH: string };
+}
+
+/** The producer methods the adapter calls (dead-letter records only). */
+export interface KafkaProducerLike {
+  connect(): Promise<void>;
+  disconnect(): Promise<void>;
+  send(record: { topic: string; messages: KafkaOutgoingRecord[]; acks?: number }): Promise<unknown>;
+}
+
+/** Consumer settings the adapter passes to `kafka.consumer()`; your `consumerConfig` is merged over them. */
+export interface KafkaConsumerConfigLike {
+  groupId: string;
+  sessionTimeout?: number;
+  heartbeatInterval?: number;
+  rebalanceTimeout?: number;
+  maxWaitTimeInMs?: number;
+  maxBytesPerPartition?: number;
+  allowAutoTopicCreation?: boolean;
+  [key: string]: unknown;
+}
+
+/** Producer settings for the dead-letter producer. */
+export interface KafkaProducerConfigLike {
+  idempotent?: boolean;
+  maxInFlightRequests?: number;
+  allowAutoTopicCreation?: boolean;
+  [key: string]: unknown;
+}
+
+/** A kafkajs `Kafka` instance, or anything that makes compatible consumers and producers. */
+export interface KafkaLike {
+  consumer(config: KafkaConsumerConfigLike): KafkaConsumerLike;
+  producer(config?: KafkaProducerConfigLike): KafkaProducerLike;
+}
