@@ -1,0 +1,26 @@
+import { backoffDelay, type BackoffOptions, type InboxOutcome } from '@inboxed/core';
+
+/** SQS's ceiling for a visibility timeout, and for the total time one receive may stay invisible: 12 hours. */
+export const MAX_VISIBILITY_TIMEOUT_SECONDS = 43_200;
+
+/**
+ * Caps a visibility timeout to what SQS accepts for a message received at `receivedAt`: a receive
+ * can be kept invisible for at most 12 hours in total, so extensions near the end are shortened
+ * rather than rejected.
+ */
+export function capVisibility(seconds: number, receivedAt: Date, now: number = Date.now()): number {
+  const elapsed = Math.floor((now - receivedAt.getTime()) / 1000);
+  const left = Math.max(0, MAX_VISIBILITY_TIMEOUT_SECONDS - elapsed);
+  return Math.max(0, Math.min(Math.ceil(seconds), left, MAX_VISIBILITY_TIMEOUT_SECONDS));
+}
+
+/**
+ * How long a message that will be redelivered stays invisible, in whole seconds: the outcome's
+ * `retryAfterMs` when core computed one (from the larger of the durable attempt count and
+ * `ApproximateReceiveCount`), else exponential backoff on `ApproximateReceiveCount`. Rounded up so a
+ * sub-second delay is still a delay, and capped at 12 hours.
+ */
+export function retryVisibilitySeconds(outcome: InboxOutcome | undefined, receiveCount: number | undefined, backoff: BackoffOptions): number {
+  const ms = outcome?.retryAfterMs ?? backoffDelay(Math.max(receiveCount ?? 1, outcome?.attempt ?? 1), backoff);
+  return Math.min(MAX_VISIBILITY_TIMEOUT_SECONDS, Math.max(0, Math.ceil(ms / 1000)));
+}
