@@ -1,12 +1,13 @@
+import { spawn } from 'node:child_process';
+import { createInterface } from 'node:readline';
+import { fileURLToPath } from 'node:url';
 import { createKafkaTopic, kafkaBrokers } from '@inboxed/test-support/kafka-topics';
 import { inject } from 'vitest';
 import { Kafka, logLevel, type IHeaders, type KafkaMessage } from 'kafkajs';
 
-/**
- * Group timings the librdkafka mock broker needs: with kafkajs defaults two members ping-pong
- * partitions for a long time. Real brokers work with these too.
- */
-export const GROUP_TIMINGS = { sessionTimeout: 3000, heartbeatInterval: 300, maxWaitTimeInMs: 500, rebalanceTimeout: 6000 } as const;
+import { GROUP_TIMINGS } from './kafka-test-timings.js';
+
+export { GROUP_TIMINGS };
 
 /**
  * Options every test consumer gets: the mock broker reports controller id 0, which kafkajs'
@@ -103,4 +104,67 @@ export async function readTopic(kafka: Kafka, topic: string, count: number, time
   } finally {
     await consumer.disconnect();
   }
+}
+
+/** A consumer running in a child process (test/kafka-child-consumer.ts). */
+export interface ChildConsumer {
+  /** Every stdout line so far. */
+  readonly lines: string[];
+  /** Resolves with the first line matching `pattern`. */
+  waitForLine(pattern: RegExp, timeoutMs?: number): Promise<string>;
+  /** Resolves when the process has exited. */
+  readonly exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
+  kill(signal: NodeJS.Signals): void;
+}
+
+/** Spawns a child consumer with `env` (see test/kafka-child-consumer.ts). */
+export function spawnChildConsumer(env: Record<string, string>): ChildConsumer {
+  const script = fileURLToPath(new URL('./kafka-child-consumer.ts', import.meta.url));
+  const child = spawn(process.execPath, ['--conditions=@inboxed/source', '--import', 'tsx', script], {
+    cwd: fileURLToPath(new URL('..', import.meta.url)),
+    env: { ...process.env, KAFKA_BROKERS: kafkaBrokers().join(','), IDEMPOTENT_DLQ: String(!inject('kafkaMockControl')), ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  const lines: string[] = [];
+  let wake: Array<() => void> = [];
+  const reader = createInterface({ input: child.stdout });
+  reader.on('line', (line) => {
+    lines.push(line);
+    const pending = wake;
+    wake = [];
+    for (const w of pending) w();
+  });
+  let stderr = '';
+  child.stderr.on('data', (chunk) => (stderr += String(chunk)));
+  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) =>
+    child.once('exit', (code, signal) => {
+      const pending = wake;
+      wake = [];
+      for (const w of pending) w();
+      resolve({ code, signal });
+    }),
+  );
+  return {
+    lines,
+    exited,
+    kill: (signal) => void child.kill(signal),
+    waitForLine(pattern, timeoutMs = 30_000) {
+      return new Promise((resolve, reject) => {
+        const timer = setTimeout(() => reject(new Error(`no line matching ${pattern} within ${timeoutMs} ms; stdout: ${lines.join(' | ')}; stderr: ${stderr}`)), timeoutMs);
+        const check = () => {
+          const found = lines.find((line) => pattern.test(line));
+          if (found !== undefined) {
+            clearTimeout(timer);
+            resolve(found);
+          } else if (child.exitCode !== null || child.signalCode !== null) {
+            clearTimeout(timer);
+            reject(new Error(`child exited (${child.exitCode ?? child.signalCode}) before a line matching ${pattern}; stdout: ${lines.join(' | ')}; stderr: ${stderr}`));
+          } else {
+            wake.push(check);
+          }
+        };
+        check();
+      });
+    },
+  };
 }

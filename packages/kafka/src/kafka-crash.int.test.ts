@@ -1,0 +1,92 @@
+import { migrate, withInbox, type InboxMessage } from '@inboxed/core';
+import { createOutcomeRecorder } from '@inboxed/core/testing';
+import { createTestDatabase, databaseUrl, uniqueName, waitFor, type TestDatabase } from '@inboxed/test-support';
+import type { Kafka } from 'kafkajs';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { brokerOptions, committedOffsets, createTopic, produce, spawnChildConsumer, testKafka, type ChildConsumer } from '../test/kafka-test-kit.js';
+import { createKafkaConsumer, type KafkaInboxConsumer } from './index.js';
+
+// Consumers die for real here: child processes SIGKILLed at chosen points, while another member
+// of the same group (in this process, or another child) takes over from the committed offsets.
+describe('crashes and rebalances', () => {
+  let t: TestDatabase;
+  let kafka: Kafka;
+  let topic: string;
+  let groupId: string;
+  const children: ChildConsumer[] = [];
+  const running: KafkaInboxConsumer[] = [];
+
+  beforeEach(async () => {
+    t = await createTestDatabase('node-postgres');
+    await migrate(t.db, { schema: t.schema });
+    kafka = testKafka();
+    topic = uniqueName('crash');
+    groupId = uniqueName('group');
+  });
+  afterEach(async () => {
+    for (const child of children.splice(0)) child.kill('SIGKILL');
+    await Promise.all(running.splice(0).map((c) => c.stop()));
+    await t.close();
+  });
+
+  const childEnv = (extra: Record<string, string> = {}) => ({
+    DATABASE_URL: databaseUrl(),
+    SCHEMA: t.schema,
+    TOPIC: topic,
+    GROUP_ID: groupId,
+    CONSUMER: 'billing',
+    ...extra,
+  });
+
+  const duplicatedEffects = () => t.query<{ message_id: string; n: number }>(`select message_id, count(*)::int as n from "${t.schema}".effects group by message_id having count(*) > 1`);
+
+  it('SIGKILL after the database commit and before the offset commit: the member taking over sees a duplicate, one effect', async () => {
+    await createTopic(kafka, topic, 1);
+    await produce(kafka, topic, [{ id: 'pay-1', value: { amount: 5 } }]);
+    const child = spawnChildConsumer(childEnv({ CRASH: 'before-commit' }));
+    children.push(child);
+    await child.waitForLine(/^crashing pay-1$/);
+    expect(await child.exited).toMatchObject({ signal: 'SIGKILL' });
+    expect(child.lines).toContain('processed pay-1');
+    expect(await t.countEffects('pay-1')).toBe(1);
+    expect(await committedOffsets(kafka, groupId, topic)).toEqual({ 0: -1 });
+
+    const recorder = createOutcomeRecorder();
+    const processor = recorder.wrap(
+      withInbox(async (message: InboxMessage, tx: any) => void (await tx.insert(t.effects).values({ messageId: message.id })), { db: t.db, consumer: 'billing', tables: { schema: t.schema } }),
+    );
+    const survivor = createKafkaConsumer({ kafka, groupId, topics: [topic], handler: processor, ...brokerOptions() });
+    running.push(survivor);
+    await survivor.start();
+    const outcome = await recorder.waitFor('pay-1', { timeoutMs: 30_000 });
+    expect(outcome.status).toBe('duplicate');
+    expect(await t.countEffects('pay-1')).toBe(1);
+    await waitFor('offset committed past pay-1', async () => (await committedOffsets(kafka, groupId, topic))[0] === 1);
+  });
+
+  it('two members of one group, one SIGKILLed mid-stream: every record has exactly one effect', async () => {
+    const total = 240;
+    await createTopic(kafka, topic, 4);
+    await produce(kafka, topic, Array.from({ length: total }, (_, i) => ({ id: `pay-${i}`, value: { n: i }, partition: i % 4 })));
+    const first = spawnChildConsumer(childEnv({ DELAY_MS: '15' }));
+    const second = spawnChildConsumer(childEnv({ DELAY_MS: '15' }));
+    children.push(first, second);
+    // Kill one member once both have been doing work, so it dies with records in flight.
+    await Promise.all([first.waitForLine(/^processed /), second.waitForLine(/^processed /)]);
+    await waitFor('some progress', async () => (await t.countEffects()) >= 40);
+    first.kill('SIGKILL');
+    expect(await first.exited).toMatchObject({ signal: 'SIGKILL' });
+
+    await waitFor('every record applied', async () => (await t.query<{ n: number }>(`select count(distinct message_id)::int as n from "${t.schema}".effects`))[0]!.n === total, 60_000);
+    expect(await duplicatedEffects()).toEqual([]);
+    expect(await t.countEffects()).toBe(total);
+    await waitFor(
+      'offsets committed to the end of every partition',
+      async () => Object.values(await committedOffsets(kafka, groupId, topic)).every((offset) => offset === total / 4),
+      30_000,
+    );
+    // The survivor took over the killed member's partitions: it settled records of all four.
+    const settledBySurvivor = second.lines.filter((line) => /^(processed|duplicate) pay-\d+$/.test(line)).map((line) => Number(line.split('-')[1]) % 4);
+    expect(new Set(settledBySurvivor)).toEqual(new Set([0, 1, 2, 3]));
+  });
+});
