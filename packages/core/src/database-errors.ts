@@ -10,10 +10,13 @@ export type DatabaseFailure =
   /** `lock_timeout` fired: a concurrent copy holds the inbox row. */
   | 'lock-timeout'
   /** The database is unreachable, restarting, out of resources or timed out. */
-  | 'unavailable';
+  | 'unavailable'
+  /** A table or column is missing: the schema is not migrated (SQLSTATE 42P01, 42703, 3F000). */
+  | 'schema-missing';
 
 const TRANSIENT_CONFLICT_CODES = new Set(['40001', '40P01']);
 const LOCK_TIMEOUT_CODES = new Set(['55P03']);
+const SCHEMA_MISSING_CODES = new Set(['42P01', '42703', '3F000']);
 // SQLSTATE classes 08 (connection exception), 53 (insufficient resources), 57P0x (operator
 // intervention: shutdown, crash, cannot connect now), 57014 (statement_timeout / cancel), 58 (system).
 const UNAVAILABLE_CODE = /^(08|53|57P0|57014|58)/;
@@ -48,6 +51,7 @@ export function classifyDatabaseError(error: unknown): DatabaseFailure | undefin
     if (code !== undefined) {
       if (TRANSIENT_CONFLICT_CODES.has(code)) return 'transient-conflict';
       if (LOCK_TIMEOUT_CODES.has(code)) return 'lock-timeout';
+      if (SCHEMA_MISSING_CODES.has(code)) return 'schema-missing';
       if (UNAVAILABLE_CODE.test(code) || UNAVAILABLE_NODE_CODES.has(code)) return 'unavailable';
     }
     // AggregateError from net.connect when every address family fails.

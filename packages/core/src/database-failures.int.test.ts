@@ -159,3 +159,16 @@ describe('concurrent copy held longer than lockTimeoutMs', () => {
     expect(attempts).toEqual([]); // waiting on a copy is not the message's failure
   });
 });
+
+describe('inbox tables not migrated', () => {
+  it('is a retry with a clear code, never processed and never dead-lettered', async () => {
+    const db = drizzlePglite(new PGlite());
+    const handler = vi.fn(async () => {});
+    const single = withInbox(handler, { db, consumer: 'c' });
+    const outcome = await single({ id: 'm-1', payload: {} });
+    expect(outcome).toMatchObject({ status: 'retry', reason: 'inbox-table-missing' });
+    expect(outcome.error?.code).toBe(InboxErrorCodes.INBOX_TABLE_MISSING);
+    expect(outcome.error?.message).toMatch(/migrate\(/);
+    expect(handler).not.toHaveBeenCalled();
+  });
+});

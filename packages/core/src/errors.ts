@@ -26,6 +26,8 @@ export const InboxErrorCodes = {
   LOCK_TIMEOUT: 'LOCK_TIMEOUT',
   /** Serialization failures or deadlocks persisted through every transparent retry. */
   TRANSACTION_CONFLICT: 'TRANSACTION_CONFLICT',
+  /** The inbox tables do not exist (or lack a column): run `migrate()` or your drizzle-kit migration. */
+  INBOX_TABLE_MISSING: 'INBOX_TABLE_MISSING',
   /** An option passed to inboxed is invalid. Thrown synchronously at construction time. */
   INVALID_OPTIONS: 'INVALID_OPTIONS',
   /** A table or schema name is not a plain SQL identifier. */

@@ -53,6 +53,9 @@ export async function outcomeOfFailure(
   if (kind === 'lock-timeout' && claimFailed) {
     return infrastructureRetry(options, message, InboxErrorCodes.LOCK_TIMEOUT, OutcomeReasons.IN_PROGRESS, 'another copy of this message is still being processed', error);
   }
+  if (kind === 'schema-missing' && claimFailed) {
+    return infrastructureRetry(options, message, InboxErrorCodes.INBOX_TABLE_MISSING, OutcomeReasons.INBOX_TABLE_MISSING, 'the inbox tables are missing; run migrate(db, { schema, table }) or your drizzle-kit migration', error);
+  }
   if (kind === 'transient-conflict') {
     return infrastructureRetry(options, message, InboxErrorCodes.TRANSACTION_CONFLICT, OutcomeReasons.TRANSACTION_CONFLICT, 'serialization failures or deadlocks outlasted the transparent retries', error);
   }
@@ -75,7 +78,10 @@ export async function outcomeOfFailure(
     // Counting failed (the database may have gone away after the handler's failure). Fall back to
     // the broker's count; a permanent error is still dead-lettered since that needs no database.
     if (!permanent) {
-      return infrastructureRetry(options, message, InboxErrorCodes.DATABASE_UNAVAILABLE, OutcomeReasons.DATABASE_UNAVAILABLE, `handler failed (${describeError(error)}) and the attempt could not be recorded`, recordError);
+      const [code, reason] = classifyDatabaseError(recordError) === 'schema-missing'
+        ? [InboxErrorCodes.INBOX_TABLE_MISSING, OutcomeReasons.INBOX_TABLE_MISSING]
+        : [InboxErrorCodes.DATABASE_UNAVAILABLE, OutcomeReasons.DATABASE_UNAVAILABLE];
+      return infrastructureRetry(options, message, code, reason, `handler failed (${describeError(error)}) and the attempt could not be recorded`, recordError);
     }
   }
 

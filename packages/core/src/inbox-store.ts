@@ -1,4 +1,5 @@
-import { and, eq, inArray, sql } from 'drizzle-orm';
+import { and, eq, sql, type SQL } from 'drizzle-orm';
+import { getTableConfig } from 'drizzle-orm/pg-core';
 import type { InboxTables } from './schema.js';
 import type { AnyPgDatabase } from './types.js';
 
@@ -27,51 +28,70 @@ export interface AttemptRecord {
 
 // Drizzle's transaction and database share the query-builder surface used here.
 type Queryable = Pick<AnyPgDatabase, 'insert' | 'select' | 'update'>;
+type Executable = Pick<AnyPgDatabase, 'execute'>;
+
+/** Rows of a raw query on any driver: node-postgres and PGlite return `{ rows }`, postgres-js an array. */
+async function rowsOf<T>(tx: Executable, query: SQL): Promise<T[]> {
+  const result = (await tx.execute(query)) as unknown;
+  return (Array.isArray(result) ? result : (result as { rows: T[] }).rows) as T[];
+}
 
 /**
  * @internal The SQL of the inbox: every statement inboxed runs, in one place, so the round trips
  * per message stay visible (claim, then the handler, then commit; a lookup only for duplicates).
  */
 export class InboxStore {
+  private readonly inboxName: SQL;
+  private readonly consumerExpression: SQL;
+
   constructor(
     private readonly tables: InboxTables,
     private readonly consumer: string,
-    private readonly lockTimeoutMs: number | null,
-  ) {}
+    lockTimeoutMs: number | null,
+  ) {
+    const config = getTableConfig(tables.inbox);
+    // Names were validated as plain identifiers when the tables were built.
+    this.inboxName = sql.raw(config.schema === undefined ? `"${config.name}"` : `"${config.schema}"."${config.name}"`);
+    // The consumer expression also sets lock_timeout for this transaction, so the bounded wait costs
+    // no extra round trip. set_config is volatile: it runs before the row is inserted, hence before
+    // any wait on the unique index. (lockTimeoutMs is a validated integer.)
+    this.consumerExpression = lockTimeoutMs === null
+      ? sql`${consumer}`
+      : sql`(case when set_config('lock_timeout', '${sql.raw(String(lockTimeoutMs))}', true) is null then null else ${consumer}::text end)`;
+  }
 
   /**
    * Claims ids with one `INSERT ... ON CONFLICT DO NOTHING RETURNING`: the unique key decides who
    * wins. A concurrent copy blocks here on the index until the holder commits (-> not returned,
    * a duplicate) or rolls back (-> claimed). Rows are optimistically written as `processed`; the
    * transaction makes that true or discards it. Returns the ids claimed.
+   *
+   * Hand-written SQL rather than the query builder: this runs once per message on the hot path,
+   * and a batch passes its ids as arrays through `unnest`, so the statement has five parameters
+   * whatever the batch size.
    */
-  async claim(tx: Queryable, rows: readonly ClaimRow[]): Promise<Set<string>> {
-    const { inbox } = this.tables;
-    const values = rows.map((row, index) => ({
-      // The first row's consumer expression also sets lock_timeout for this transaction, so the
-      // bounded wait costs no extra round trip. set_config is volatile: it runs before the row is
-      // inserted, hence before any wait on the unique index.
-      consumer: index === 0 && this.lockTimeoutMs !== null
-        ? sql`(case when set_config('lock_timeout', ${String(this.lockTimeoutMs)}, true) is null then null else ${this.consumer} end)`
-        : this.consumer,
-      messageId: row.messageId,
-      fingerprint: row.fingerprint,
-      status: 'processed',
-      source: row.source ?? null,
-      ...(row.receivedAt === undefined ? {} : { receivedAt: row.receivedAt }),
-    }));
-    const claimed = await tx.insert(inbox).values(values).onConflictDoNothing().returning({ messageId: inbox.messageId });
-    return new Set(claimed.map((r) => r.messageId));
+  async claim(tx: Executable, rows: readonly ClaimRow[]): Promise<Set<string>> {
+    const query = rows.length === 1
+      ? sql`insert into ${this.inboxName} (consumer, message_id, fingerprint, status, source, received_at)
+          values (${this.consumerExpression}, ${rows[0]!.messageId}, ${rows[0]!.fingerprint}, 'processed', ${rows[0]!.source ?? null}, coalesce(${rows[0]!.receivedAt?.toISOString() ?? null}::timestamptz, now()))
+          on conflict do nothing returning message_id`
+      : sql`insert into ${this.inboxName} (consumer, message_id, fingerprint, status, source, received_at)
+          select ${this.consumerExpression}, m.id, m.fp, 'processed', m.src, coalesce(m.at::timestamptz, now())
+          from unnest(${sql.param(rows.map((r) => r.messageId))}::text[], ${sql.param(rows.map((r) => r.fingerprint))}::text[],
+                      ${sql.param(rows.map((r) => r.source ?? null))}::text[], ${sql.param(rows.map((r) => r.receivedAt?.toISOString() ?? null))}::text[]) as m(id, fp, src, at)
+          on conflict do nothing returning message_id`;
+    const claimed = await rowsOf<{ message_id: string }>(tx, query);
+    return new Set(claimed.map((r) => r.message_id));
   }
 
   /** Reads the committed rows of ids that could not be claimed. */
-  async find(tx: Queryable, messageIds: readonly string[]): Promise<Map<string, ExistingRow>> {
-    const { inbox } = this.tables;
-    const rows = await tx
-      .select({ messageId: inbox.messageId, fingerprint: inbox.fingerprint, status: inbox.status, reason: inbox.reason })
-      .from(inbox)
-      .where(and(eq(inbox.consumer, this.consumer), messageIds.length === 1 ? eq(inbox.messageId, messageIds[0]!) : inArray(inbox.messageId, [...messageIds])));
-    return new Map(rows.map((r) => [r.messageId, r]));
+  async find(tx: Executable, messageIds: readonly string[]): Promise<Map<string, ExistingRow>> {
+    const rows = await rowsOf<{ message_id: string; fingerprint: string | null; status: string; reason: string | null }>(
+      tx,
+      sql`select message_id, fingerprint, status, reason from ${this.inboxName}
+          where consumer = ${this.consumer} and message_id = any(${sql.param([...messageIds])}::text[])`,
+    );
+    return new Map(rows.map((r) => [r.message_id, { messageId: r.message_id, fingerprint: r.fingerprint, status: r.status, reason: r.reason }]));
   }
 
   /** Turns a claimed row into a business rejection, in the claiming transaction. */

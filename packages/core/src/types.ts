@@ -66,6 +66,8 @@ export const OutcomeReasons = {
   IN_PROGRESS: 'in-progress',
   /** `retry`: serialization failures or deadlocks outlasted the transparent retries. */
   TRANSACTION_CONFLICT: 'transaction-conflict',
+  /** `retry`: the inbox tables are missing; nothing can be deduplicated until they are migrated. */
+  INBOX_TABLE_MISSING: 'inbox-table-missing',
   /** `duplicate`: a second copy of the same id inside one batch. */
   DUPLICATE_IN_BATCH: 'duplicate-in-batch',
 } as const;
