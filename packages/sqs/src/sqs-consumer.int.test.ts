@@ -1,81 +1,51 @@
-import type { SQSClient } from '@aws-sdk/client-sqs';
-import { PermanentError, withInbox, withInboxBatch, type InboxError, type InboxMessage } from '@inboxed/core';
+import { PermanentError, withInboxBatch, type InboxMessage } from '@inboxed/core';
 import { createOutcomeRecorder } from '@inboxed/core/testing';
-import { waitFor, type TestDatabase } from '@inboxed/test-support';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { createQueue, inboxDatabase, queueDepth, receiveAll, send, sqsClient } from './__tests__/sqs-test-kit.js';
-import { createSqsConsumer, type SqsConsumer, type SqsConsumerOptions } from './sqs-consumer.js';
+import { waitFor } from '@inboxed/test-support';
+import { describe, expect, it } from 'vitest';
+import { createQueue, queueDepth, receiveAll, send, sqsTestContext } from './__tests__/sqs-test-kit.js';
 
 describe('createSqsConsumer against a real SQS API and PostgreSQL', () => {
-  let t: TestDatabase;
-  let client: SQSClient;
-  const consumers: SqsConsumer[] = [];
-  const errors: InboxError[] = [];
-
-  beforeEach(async () => {
-    t = await inboxDatabase('sqs');
-    client = sqsClient();
-    errors.length = 0;
-  });
-  afterEach(async () => {
-    await Promise.all(consumers.splice(0).map((c) => c.stop()));
-    client.destroy();
-    await t.close();
-  });
-
-  type Handler = (message: InboxMessage, tx: any) => Promise<unknown> | unknown;
-  const insertEffect: Handler = async (message, tx) => {
-    await tx.insert(t.effects).values({ messageId: message.id, value: message.payload });
-  };
-  const inbox = (handler: Handler = insertEffect, extra: Record<string, unknown> = {}) =>
-    withInbox(handler as never, { db: t.db, consumer: 'notifications', tables: { schema: t.schema }, backoff: { baseDelayMs: 1000, jitter: 'none' }, ...extra });
-
-  async function start(options: Partial<SqsConsumerOptions> & Pick<SqsConsumerOptions, 'queueUrl' | 'handler'>): Promise<SqsConsumer> {
-    const consumer = createSqsConsumer({ client, waitTimeSeconds: 1, stopTimeoutMs: 10_000, ...options });
-    consumer.on('error', (error) => errors.push(error));
-    consumers.push(consumer);
-    await consumer.start();
-    return consumer;
-  }
+  const ctx = sqsTestContext();
+  const { start, inbox } = ctx;
 
   it('the same message id sent 3 times: one effect, one processed and two duplicates, all deleted', async () => {
-    const queue = await createQueue(client, 'dup');
-    const dlq = await createQueue(client, 'dup-dlq');
-    for (let i = 0; i < 3; i++) await send(client, queue.url, { to: 'ada@example.com' }, { id: 'notify-1' });
+    const queue = await createQueue(ctx.client, 'dup');
+    const dlq = await createQueue(ctx.client, 'dup-dlq');
+    for (let i = 0; i < 3; i++) await send(ctx.client, queue.url, { to: 'ada@example.com' }, { id: 'notify-1' });
     const recorder = createOutcomeRecorder();
     await start({ queueUrl: queue.url, deadLetterQueueUrl: dlq.url, handler: recorder.wrap(inbox()) });
 
     await recorder.waitForCount(3);
-    await waitFor('queue empty', async () => (await queueDepth(client, queue.url)) === 0);
+    await waitFor('queue empty', async () => (await queueDepth(ctx.client, queue.url)) === 0);
     expect(recorder.counts()).toEqual({ processed: 1, duplicate: 2 });
-    expect(await t.countEffects('notify-1')).toBe(1);
-    expect(await queueDepth(client, dlq.url)).toBe(0);
-    expect(errors).toEqual([]);
+    expect(await ctx.t.countEffects('notify-1')).toBe(1);
+    expect(await queueDepth(ctx.client, dlq.url)).toBe(0);
+    expect(ctx.errors).toEqual([]);
   });
 
   it('a batch processor writes each distinct message once and deletes all of them', async () => {
-    const queue = await createQueue(client, 'batch');
-    const dlq = await createQueue(client, 'batch-dlq');
-    for (let i = 0; i < 25; i++) await send(client, queue.url, { n: i % 10 }, { id: `n-${i % 10}` });
+    const queue = await createQueue(ctx.client, 'batch');
+    const dlq = await createQueue(ctx.client, 'batch-dlq');
+    for (let i = 0; i < 25; i++) await send(ctx.client, queue.url, { n: i % 10 }, { id: `n-${i % 10}` });
     const recorder = createOutcomeRecorder();
     const processor = withInboxBatch(
       async (messages: InboxMessage[], tx: any) => {
-        await tx.insert(t.effects).values(messages.map((m) => ({ messageId: m.id, value: m.payload })));
+        await tx.insert(ctx.t.effects).values(messages.map((m) => ({ messageId: m.id, value: m.payload })));
       },
-      { db: t.db, consumer: 'notifications', tables: { schema: t.schema } },
+      { db: ctx.t.db, consumer: 'notifications', tables: { schema: ctx.t.schema } },
     );
     await start({ queueUrl: queue.url, deadLetterQueueUrl: dlq.url, handler: recorder.wrap(processor), concurrency: 2 });
 
     await recorder.waitForCount(25);
-    await waitFor('queue empty', async () => (await queueDepth(client, queue.url)) === 0);
+    await waitFor('queue empty', async () => (await queueDepth(ctx.client, queue.url)) === 0);
     expect(recorder.counts()).toEqual({ processed: 10, duplicate: 15 });
-    expect(await t.countEffects()).toBe(10);
+    expect(await ctx.t.countEffects()).toBe(10);
   });
 
   it('a permanent failure goes to the DLQ with reason attributes and the original id, then is deleted', async () => {
-    const queue = await createQueue(client, 'perm');
-    const dlq = await createQueue(client, 'perm-dlq');
-    await send(client, queue.url, { to: 'nobody' }, { id: 'bad-1', attributes: { tenant: { DataType: 'String', StringValue: 'acme' } } });
+    const queue = await createQueue(ctx.client, 'perm');
+    const dlq = await createQueue(ctx.client, 'perm-dlq');
+    await send(ctx.client, queue.url, { to: 'nobody' }, { id: 'bad-1', attributes: { tenant: { DataType: 'String', StringValue: 'acme' } } });
     const deadLetters: Array<[string, string]> = [];
     const consumer = await start({
       queueUrl: queue.url,
@@ -86,8 +56,8 @@ describe('createSqsConsumer against a real SQS API and PostgreSQL', () => {
     });
     consumer.on('dead_letter', (outcome, destination) => deadLetters.push([outcome.messageId, destination]));
 
-    const [dead] = await receiveAll(client, dlq.url, 1);
-    await waitFor('source queue empty', async () => (await queueDepth(client, queue.url)) === 0);
+    const [dead] = await receiveAll(ctx.client, dlq.url, 1);
+    await waitFor('source queue empty', async () => (await queueDepth(ctx.client, queue.url)) === 0);
     expect(dead!.Body).toBe(JSON.stringify({ to: 'nobody' }));
     const attributes = dead!.MessageAttributes!;
     expect(attributes['x-inboxed-reason']?.StringValue).toBe('permanent-failure');
@@ -102,18 +72,18 @@ describe('createSqsConsumer against a real SQS API and PostgreSQL', () => {
     expect(overflow['x-inboxed-source-queue']?.value).toBe(queue.url);
     await waitFor('dead_letter event', () => deadLetters.length === 1);
     expect(deadLetters).toEqual([['bad-1', dlq.url]]);
-    expect(await t.countEffects()).toBe(0);
+    expect(await ctx.t.countEffects()).toBe(0);
   });
 
   it('an unparseable body is dead-lettered with reason unparseable-body without reaching the handler', async () => {
-    const queue = await createQueue(client, 'garbled');
-    const dlq = await createQueue(client, 'garbled-dlq');
-    await send(client, queue.url, '{"to": "ada', { id: 'garbled-1' });
+    const queue = await createQueue(ctx.client, 'garbled');
+    const dlq = await createQueue(ctx.client, 'garbled-dlq');
+    await send(ctx.client, queue.url, '{"to": "ada', { id: 'garbled-1' });
     let calls = 0;
     await start({ queueUrl: queue.url, deadLetterQueueUrl: dlq.url, handler: inbox(() => void calls++) });
 
-    const [dead] = await receiveAll(client, dlq.url, 1);
-    await waitFor('source queue empty', async () => (await queueDepth(client, queue.url)) === 0);
+    const [dead] = await receiveAll(ctx.client, dlq.url, 1);
+    await waitFor('source queue empty', async () => (await queueDepth(ctx.client, queue.url)) === 0);
     expect(dead!.Body).toBe('{"to": "ada');
     expect(dead!.MessageAttributes!['x-inboxed-reason']?.StringValue).toBe('unparseable-body');
     expect(dead!.MessageAttributes!['x-inboxed-error-code']?.StringValue).toBe('UNPARSEABLE_BODY');

@@ -7,7 +7,9 @@ import {
   type Message,
   type MessageAttributeValue,
 } from '@aws-sdk/client-sqs';
-import { migrate } from '@inboxed/core';
+import { migrate, withInbox, type InboxError, type InboxMessage, type InboxProcessor } from '@inboxed/core';
+import { afterEach, beforeEach } from 'vitest';
+import { createSqsConsumer, type SqsConsumer, type SqsConsumerOptions } from '../sqs-consumer.js';
 import { createTestDatabase, requireService, uniqueName, type TestDatabase } from '@inboxed/test-support';
 import type {} from '../../../../test/support/sqs-setup.js';
 
@@ -70,4 +72,56 @@ export async function inboxDatabase(label: string): Promise<TestDatabase> {
   const t = await createTestDatabase('node-postgres', { label, poolSize: 10 });
   await migrate(t.db, { schema: t.schema });
   return t;
+}
+
+export type Handler = (message: InboxMessage, tx: any) => Promise<unknown> | unknown;
+
+/**
+ * Per-test plumbing for consumer tests: a fresh schema, a client, consumers stopped afterwards and
+ * every `error` event collected. Call at the top of a `describe`.
+ */
+export interface SqsTestContext {
+  t: TestDatabase;
+  client: SQSClient;
+  consumers: SqsConsumer[];
+  errors: InboxError[];
+  insertEffect: Handler;
+  inbox(handler?: Handler, extra?: Record<string, unknown>): InboxProcessor;
+  start(options: Partial<SqsConsumerOptions> & Pick<SqsConsumerOptions, 'queueUrl' | 'handler'>, client?: SQSClient): Promise<SqsConsumer>;
+}
+
+export function sqsTestContext(): SqsTestContext {
+  const ctx: SqsTestContext = {
+    t: undefined as unknown as TestDatabase,
+    client: undefined as unknown as SQSClient,
+    consumers: [] as SqsConsumer[],
+    errors: [] as InboxError[],
+    /** Inserts one `effects` row per message. */
+    insertEffect: (async (message, tx) => {
+      await tx.insert(ctx.t.effects).values({ messageId: message.id, value: message.payload });
+    }) as Handler,
+    /** A `withInbox` processor on the test schema; backoff 1 s doubling, no jitter. */
+    inbox(handler: Handler = ctx.insertEffect, extra: Record<string, unknown> = {}) {
+      return withInbox(handler as never, { db: ctx.t.db, consumer: 'notifications', tables: { schema: ctx.t.schema }, backoff: { baseDelayMs: 1000, jitter: 'none' }, ...extra });
+    },
+    /** Creates, tracks and starts a consumer (1 s long polls, errors collected). */
+    async start(options: Partial<SqsConsumerOptions> & Pick<SqsConsumerOptions, 'queueUrl' | 'handler'>, client: SQSClient = ctx.client): Promise<SqsConsumer> {
+      const consumer = createSqsConsumer({ client, waitTimeSeconds: 1, stopTimeoutMs: 10_000, ...options });
+      consumer.on('error', (error) => ctx.errors.push(error));
+      ctx.consumers.push(consumer);
+      await consumer.start();
+      return consumer;
+    },
+  };
+  beforeEach(async () => {
+    ctx.t = await inboxDatabase('sqs');
+    ctx.client = sqsClient();
+    ctx.errors.length = 0;
+  });
+  afterEach(async () => {
+    await Promise.all(ctx.consumers.splice(0).map((c) => c.stop()));
+    ctx.client.destroy();
+    await ctx.t.close();
+  });
+  return ctx;
 }
