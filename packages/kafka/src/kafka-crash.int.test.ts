@@ -89,4 +89,51 @@ describe('crashes and rebalances', () => {
     const settledBySurvivor = second.lines.filter((line) => /^(processed|duplicate) pay-\d+$/.test(line)).map((line) => Number(line.split('-')[1]) % 4);
     expect(new Set(settledBySurvivor)).toEqual(new Set([0, 1, 2, 3]));
   });
+
+  it('work finishing after its partition was revoked does not commit over the new owner', async () => {
+    await createTopic(kafka, topic, 1);
+    await produce(kafka, topic, Array.from({ length: 6 }, (_, i) => ({ id: `pay-${i}`, value: { n: i } })));
+    const handler = async (message: InboxMessage, tx: any) => void (await tx.insert(t.effects).values({ messageId: message.id }));
+    const options = { db: t.db, consumer: 'billing', tables: { schema: t.schema } };
+
+    // The first member applies pay-0, then stalls before its offset commit long enough to be
+    // expelled from the group (no heartbeats while it stalls).
+    let release: () => void = () => {};
+    const released = new Promise<void>((resolve) => (release = resolve));
+    let stalled: () => void = () => {};
+    const isStalled = new Promise<void>((resolve) => (stalled = resolve));
+    const staleErrors: string[] = [];
+    const stale = createKafkaConsumer({
+      kafka, groupId, topics: [topic], handler: withInbox(handler, options), ...brokerOptions(),
+      beforeCommit: async ({ offset }) => {
+        if (offset !== '0') return;
+        stalled();
+        await released;
+      },
+    });
+    stale.on('error', (error) => staleErrors.push(String(error.code)));
+    running.push(stale);
+    await stale.start();
+    await isStalled;
+
+    // The new owner replays pay-0 as a duplicate and commits to the end.
+    const recorder = createOutcomeRecorder();
+    const owner = createKafkaConsumer({ kafka, groupId, topics: [topic], handler: recorder.wrap(withInbox(handler, options)), ...brokerOptions() });
+    running.push(owner);
+    await owner.start();
+    expect((await recorder.waitFor('pay-0', { timeoutMs: 30_000 })).status).toBe('duplicate');
+    await recorder.waitFor('pay-5', { status: 'processed' });
+    await waitFor('the new owner committed to the end', async () => (await committedOffsets(kafka, groupId, topic))[0] === 6);
+
+    // The stale member wakes up and finishes: its offset 1 must not overwrite the owner's 6.
+    // (The owner leaves first, so the stale member's rejoin does not wait on it.)
+    await owner.stop();
+    release();
+    await stale.stop();
+    expect(await committedOffsets(kafka, groupId, topic)).toEqual({ 0: 6 });
+    expect(await t.countEffects()).toBe(6);
+    expect(await duplicatedEffects()).toEqual([]);
+    // The broker refused the stale commit (or the adapter skipped it after seeing the rebalance).
+    expect(staleErrors.filter((code) => code !== 'KAFKA_COMMIT_FAILED' && code !== 'KAFKA_CONSUMER_CRASHED')).toEqual([]);
+  });
 });
