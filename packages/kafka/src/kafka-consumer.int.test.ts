@@ -110,4 +110,54 @@ describe('createKafkaConsumer against a Kafka-protocol broker', () => {
     });
     expect(dead!.headerText['x-inboxed-error']).toMatch(/not valid JSON/);
   });
+
+  describe('stop()', () => {
+    async function stallingConsumer(stopTimeoutMs: number) {
+      await createTopic(kafka, topic, 1);
+      await produce(kafka, topic, Array.from({ length: 5 }, (_, i) => ({ id: `pay-${i}`, value: { n: i } })));
+      let release: () => void = () => {};
+      const released = new Promise<void>((resolve) => (release = resolve));
+      let entered: () => void = () => {};
+      const inHandler = new Promise<void>((resolve) => (entered = resolve));
+      const processor = withInbox(
+        async (message: InboxMessage, tx: any) => {
+          await tx.insert(t.effects).values({ messageId: message.id });
+          if (message.id === 'pay-2') {
+            entered();
+            await released;
+          }
+        },
+        { db: t.db, consumer: 'billing', tables: { schema: t.schema } },
+      );
+      const errors: string[] = [];
+      const consumer = await start(processor, { stopTimeoutMs });
+      consumer.on('error', (error) => errors.push(String(error.code)));
+      await inHandler;
+      return { consumer, release, errors };
+    }
+
+    const applied = async () => (await t.query<{ message_id: string }>(`select message_id from "${t.schema}".effects order by id`)).map((r) => r.message_id);
+
+    it('finishes the record in flight, commits it, and takes no further records', async () => {
+      const { consumer, release, errors } = await stallingConsumer(30_000);
+      const stopping = consumer.stop();
+      release();
+      await stopping;
+      expect(await applied()).toEqual(['pay-0', 'pay-1', 'pay-2']);
+      expect(await committedOffsets(kafka, groupId, topic)).toEqual({ 0: 3 });
+      expect(errors).toEqual([]);
+    });
+
+    it('abandons work still running after stopTimeoutMs without committing its offset', async () => {
+      const { consumer, release, errors } = await stallingConsumer(200);
+      await consumer.stop();
+      expect(errors).toEqual(['KAFKA_STOP_TIMEOUT']);
+      release();
+      // The abandoned record's transaction may still commit, but its offset never does: a later
+      // member replays it as a duplicate.
+      await waitFor('pay-2 applied', async () => (await t.countEffects('pay-2')) === 1);
+      expect(await committedOffsets(kafka, groupId, topic)).toEqual({ 0: 2 });
+      expect(await applied()).toEqual(['pay-0', 'pay-1', 'pay-2']);
+    });
+  });
 });

@@ -45,8 +45,9 @@ export interface KafkaInboxConsumer {
   start(): Promise<void>;
   /**
    * Stops taking records, lets in-flight chunks finish (up to `stopTimeoutMs`; unfinished work is
-   * abandoned uncommitted and replays later as duplicates), stops the kafkajs consumer and
-   * disconnects. Safe to call twice.
+   * abandoned uncommitted and replays later as duplicates, and the disconnect then completes in the
+   * background once the hung handler returns), stops the kafkajs consumer and disconnects. Safe to
+   * call twice.
    */
   stop(): Promise<void>;
   /** Subscribes to `message_processed`, `duplicate`, `retry`, `dead_letter`, `error`, `reconnect`. Returns an unsubscribe function. */
@@ -123,12 +124,17 @@ export function createKafkaConsumer(options: KafkaConsumerOptions): KafkaInboxCo
       }
       state = 'stopped';
       const left = (await runtime?.quiesce()) ?? 0;
-      // kafkajs' stop() waits for the handler it is running; ours return at the next chunk
-      // boundary, unless one hung past stopTimeoutMs: then do not wait for it again.
-      const stopping = consumer?.stop().catch(() => undefined);
-      if (left === 0) await stopping;
       runtime?.close();
-      await disconnect();
+      if (left === 0) {
+        // Our handlers return at the next chunk boundary once stopping, so this is quick.
+        await consumer?.stop().catch(() => undefined);
+        await disconnect();
+        return;
+      }
+      // A handler hung past stopTimeoutMs. kafkajs' stop() and disconnect() wait for it, so let
+      // them finish in the background: the connection closes once the handler returns, and
+      // nothing it did gets committed (the runtime is closed).
+      void disconnect();
     },
   };
 }
