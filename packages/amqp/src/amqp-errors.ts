@@ -1,0 +1,50 @@
+import { describeError, InboxError, isInboxError } from '@inboxed/core';
+
+/**
+ * Error codes raised by `@inboxed/amqp`, next to the core's {@link InboxErrorCodes}. They reach
+ * you through the consumer's `error` event or a rejected `start()`; switch on `error.code`.
+ */
+export const AmqpErrorCodes = {
+  /** The first connection (or its channels) could not be opened; `start()` rejects with it. */
+  CONNECT_FAILED: 'AMQP_CONNECT_FAILED',
+  /** The connection or a channel closed under a running consumer; it reconnects with backoff. */
+  CONNECTION_LOST: 'AMQP_CONNECTION_LOST',
+  /** Asserting or checking the work queue, retry queues or dead-letter target failed. */
+  TOPOLOGY_FAILED: 'AMQP_TOPOLOGY_FAILED',
+  /** Publishing a retry or dead-letter copy was not confirmed; the original was requeued, not acked. */
+  PUBLISH_FAILED: 'AMQP_PUBLISH_FAILED',
+  /** A retry or dead-letter copy was returned as unroutable (its queue or exchange is missing); the original was requeued. */
+  UNROUTABLE: 'AMQP_UNROUTABLE',
+  /** An ack or nack could not be sent (its channel closed); the broker redelivers the message, which then resolves as `duplicate`. */
+  ACK_FAILED: 'AMQP_ACK_FAILED',
+  /** The broker cancelled the consumer (queue deleted, node failover); the consumer re-subscribes. */
+  CONSUMER_CANCELLED: 'AMQP_CONSUMER_CANCELLED',
+  /** `stop()` gave up waiting for in-flight handlers after `stopTimeoutMs`; their deliveries are redelivered later. */
+  STOP_TIMEOUT: 'AMQP_STOP_TIMEOUT',
+} as const;
+
+/** A code from {@link AmqpErrorCodes}. */
+export type AmqpErrorCode = (typeof AmqpErrorCodes)[keyof typeof AmqpErrorCodes];
+
+/**
+ * The one place that turns amqplib errors into {@link InboxError}s: keeps amqplib's `code`,
+ * `classId` and `methodId` (e.g. 404 NOT_FOUND, 406 PRECONDITION_FAILED) in `details`.
+ */
+export function toAmqpError(
+  code: AmqpErrorCode,
+  text: string,
+  cause?: unknown,
+  context: { messageIds?: readonly string[]; details?: Record<string, unknown> } = {},
+): InboxError {
+  if (isInboxError(cause) && cause.code === code) return cause;
+  const broker = typeof cause === 'object' && cause !== null ? (cause as { code?: unknown; classId?: unknown; methodId?: unknown }) : {};
+  const details: Record<string, unknown> = { ...context.details };
+  if (broker.code !== undefined) details.amqpCode = broker.code;
+  if (broker.classId !== undefined) details.amqpClassId = broker.classId;
+  if (broker.methodId !== undefined) details.amqpMethodId = broker.methodId;
+  return new InboxError(code, cause === undefined ? text : `${text}: ${describeError(cause)}`, {
+    cause,
+    messageIds: context.messageIds,
+    details,
+  });
+}
