@@ -204,12 +204,12 @@ export function createAmqpConsumer(options: AmqpConsumerOptions): AmqpConsumer {
 
   async function closeSession(session: Session): Promise<void> {
     session.detach();
-    if (options.connection === undefined) {
-      await quietly(() => session.connection.close());
-    } else {
-      await quietly(() => session.consumeChannel.close());
-      await quietly(() => session.publishChannel.close());
-    }
+    // Channels first: their close-ok comes after the broker has applied every ack sent on them.
+    // Closing only the connection could let its close frame overtake acks still queued in
+    // amqplib's per-channel buffers, and committed messages would come back as redeliveries.
+    await quietly(() => session.consumeChannel.close());
+    await quietly(() => session.publishChannel.close());
+    if (options.connection === undefined) await quietly(() => session.connection.close());
   }
 
   /** Resolves after `ms`, or at once when `stop()` is called. */
