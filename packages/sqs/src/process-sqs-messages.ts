@@ -15,7 +15,7 @@ import { loadQueueInfo, redriveDestination, type QueueInfo } from './queue-info.
 import { SqsActions, type SqsEntry } from './sqs-actions.js';
 import { VisibilityHeartbeat } from './sqs-heartbeat.js';
 import { DEFAULT_MESSAGE_ID_ATTRIBUTE, messageGroupId, receiveCount, sourceOf, toInboxMessage, type MappedSqsMessage, type MessageIdExtractor } from './sqs-message.js';
-import { capVisibility, MAX_VISIBILITY_TIMEOUT_SECONDS, retryVisibilitySeconds } from './sqs-visibility.js';
+import { capVisibility, retryVisibilitySeconds } from './sqs-visibility.js';
 
 /** Options of {@link processSqsMessages}; the consumer passes the same ones. */
 export interface ProcessSqsMessagesOptions {
@@ -204,6 +204,7 @@ export async function processSqsMessages(messages: readonly Message[], processor
     await heartbeat.release(batch);
     const toDelete: Array<{ entry: Entry; settlement: SqsSettlement; destination?: string }> = [];
     const toDelay: Array<{ entry: Entry; seconds: number; settlement: SqsSettlement; destination?: string }> = [];
+    // The backoff of a redelivery, from the outcome's retryAfterMs or the receive count; capped by SQS's 12 h per receive.
     const redelay = (entry: Entry, outcome: InboxOutcome | undefined) =>
       capVisibility(retryVisibilitySeconds(outcome, receiveCount(entry.message), redeliveryBackoff), receivedAt);
 
@@ -216,7 +217,7 @@ export async function processSqsMessages(messages: readonly Message[], processor
             toDelete.push({ entry, settlement: 'deleted' });
             return;
           case 'retry':
-            toDelay.push({ entry, seconds: capVisibility(retryVisibilitySeconds(outcome, receiveCount(entry.message), redeliveryBackoff), receivedAt), settlement: 'retry-scheduled' });
+            toDelay.push({ entry, seconds: redelay(entry, outcome), settlement: 'retry-scheduled' });
             return;
           case 'dead-letter': {
             const dlq = options.deadLetterQueueUrl;
@@ -301,4 +302,3 @@ function processorFailure(consumer: string, entry: Entry, error: unknown): Inbox
   };
 }
 
-export { MAX_VISIBILITY_TIMEOUT_SECONDS };

@@ -5,6 +5,7 @@ import {
   InboxError,
   InboxErrorCodes,
   InFlight,
+  isInboxError,
   type AnyInboxProcessor,
   type BackoffOptions,
   type ConsumerEvents,
@@ -98,7 +99,7 @@ export function createSqsConsumer(options: SqsConsumerOptions): SqsConsumer {
   if (options.visibilityTimeoutSeconds !== undefined) integerIn(options.visibilityTimeoutSeconds, 0, 0, MAX_VISIBILITY_TIMEOUT_SECONDS, 'visibilityTimeoutSeconds');
   if (options.heartbeatIntervalMs !== undefined) {
     integerIn(options.heartbeatIntervalMs, 0, 0, 2 ** 31 - 1, 'heartbeatIntervalMs');
-    if (options.visibilityTimeoutSeconds !== undefined && options.heartbeatIntervalMs >= options.visibilityTimeoutSeconds * 1000) {
+    if (options.heartbeatIntervalMs > 0 && options.visibilityTimeoutSeconds !== undefined && options.heartbeatIntervalMs >= options.visibilityTimeoutSeconds * 1000) {
       invalid('options.heartbeatIntervalMs must be shorter than the visibility timeout, or 0 to disable heartbeats');
     }
   }
@@ -111,6 +112,7 @@ export function createSqsConsumer(options: SqsConsumerOptions): SqsConsumer {
   let abort = new AbortController();
   let pollers: Promise<void>[] = [];
   let info: QueueInfo | undefined;
+  let starting: Promise<void> | undefined;
 
   const receive = async (): Promise<Message[]> => {
     polling++;
@@ -166,31 +168,42 @@ export function createSqsConsumer(options: SqsConsumerOptions): SqsConsumer {
         );
       } catch (error) {
         // Only the queue-attributes read can throw; the messages were not touched and will reappear.
-        events.emit('error', error instanceof InboxError ? error : toSqsError(SqsErrorCodes.QUEUE_UNAVAILABLE, 'processing a receive failed', error));
+        events.emit('error', isInboxError(error) ? error : toSqsError(SqsErrorCodes.QUEUE_UNAVAILABLE, 'processing a receive failed', error));
         await abortableSleep(1000, signal);
       }
     }
   };
 
+  const begin = async (): Promise<void> => {
+    if (running) return;
+    const queue = await loadQueueInfo(client, queueUrl);
+    info = queue;
+    const visibility = options.visibilityTimeoutSeconds ?? queue.visibilityTimeoutSeconds;
+    if (options.heartbeatIntervalMs !== undefined && options.heartbeatIntervalMs > 0 && options.heartbeatIntervalMs >= visibility * 1000) {
+      invalid(`options.heartbeatIntervalMs (${options.heartbeatIntervalMs}) must be shorter than the visibility timeout (${visibility} s), or 0 to disable heartbeats`);
+    }
+    if (options.deadLetterQueueUrl === undefined && queue.redrive === undefined) {
+      events.emit(
+        'error',
+        toSqsError(
+          SqsErrorCodes.NO_DEAD_LETTER_TARGET,
+          `${queueUrl} has no redrive policy and no deadLetterQueueUrl was given: dead-lettered messages will be redelivered with backoff until they expire`,
+          undefined,
+          { details: { queueUrl } },
+        ),
+      );
+    }
+    running = true;
+    abort = new AbortController();
+    const signal = abort.signal;
+    pollers = Array.from({ length: concurrency }, () => poll(signal));
+  };
+
   return {
-    async start() {
-      if (running) return;
-      info = await loadQueueInfo(client, queueUrl);
-      if (options.deadLetterQueueUrl === undefined && info.redrive === undefined) {
-        events.emit(
-          'error',
-          toSqsError(
-            SqsErrorCodes.NO_DEAD_LETTER_TARGET,
-            `${queueUrl} has no redrive policy and no deadLetterQueueUrl was given: dead-lettered messages will be redelivered with backoff until they expire`,
-            undefined,
-            { details: { queueUrl } },
-          ),
-        );
-      }
-      running = true;
-      abort = new AbortController();
-      const signal = abort.signal;
-      pollers = Array.from({ length: concurrency }, () => poll(signal));
+    start() {
+      // Concurrent calls share one start; a failed start can be retried.
+      starting ??= begin().finally(() => (starting = undefined));
+      return starting;
     },
     async stop() {
       if (!running) {
