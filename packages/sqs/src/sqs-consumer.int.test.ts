@@ -90,4 +90,58 @@ describe('createSqsConsumer against a real SQS API and PostgreSQL', () => {
     expect(dead!.MessageAttributes!['message-id']?.StringValue).toBe('garbled-1');
     expect(calls).toBe(0);
   });
+
+  it('the same id with a different payload is a conflict: dead-lettered with reason payload-mismatch, first effect kept', async () => {
+    const queue = await createQueue(ctx.client, 'conflict');
+    const dlq = await createQueue(ctx.client, 'conflict-dlq');
+    const recorder = createOutcomeRecorder();
+    await start({ queueUrl: queue.url, deadLetterQueueUrl: dlq.url, handler: recorder.wrap(inbox()) });
+    await send(ctx.client, queue.url, { amount: 10 }, { id: 'pay-1' });
+    await recorder.waitFor('pay-1', { status: 'processed' });
+    await send(ctx.client, queue.url, { amount: 99 }, { id: 'pay-1' });
+
+    const [dead] = await receiveAll(ctx.client, dlq.url, 1);
+    await waitFor('source queue empty', async () => (await queueDepth(ctx.client, queue.url)) === 0);
+    expect(dead!.Body).toBe(JSON.stringify({ amount: 99 }));
+    expect(dead!.MessageAttributes!['x-inboxed-reason']?.StringValue).toBe('payload-mismatch');
+    expect(dead!.MessageAttributes!['x-inboxed-error-code']?.StringValue).toBe('PAYLOAD_MISMATCH');
+    expect(recorder.counts()).toEqual({ processed: 1, conflict: 1 });
+    expect(await ctx.t.query(`select value from "${ctx.t.schema}".effects`)).toEqual([{ value: { amount: 10 } }]);
+  });
+
+  it('with sqsMessageIdFallback: false a message without the id attribute is dead-lettered as missing-message-id', async () => {
+    const queue = await createQueue(ctx.client, 'noid');
+    const dlq = await createQueue(ctx.client, 'noid-dlq');
+    await send(ctx.client, queue.url, { to: 'ada' });
+    await start({ queueUrl: queue.url, deadLetterQueueUrl: dlq.url, handler: inbox(), sqsMessageIdFallback: false });
+
+    const [dead] = await receiveAll(ctx.client, dlq.url, 1);
+    await waitFor('source queue empty', async () => (await queueDepth(ctx.client, queue.url)) === 0);
+    expect(dead!.MessageAttributes!['x-inboxed-reason']?.StringValue).toBe('missing-message-id');
+    expect(dead!.MessageAttributes!['message-id']).toBeUndefined();
+    expect(await ctx.t.countEffects()).toBe(0);
+  });
+
+  it('without the id attribute the SQS MessageId is the id, and an extractor can read the id from the body instead', async () => {
+    const queue = await createQueue(ctx.client, 'ids');
+    const dlq = await createQueue(ctx.client, 'ids-dlq');
+    const sqsId = await send(ctx.client, queue.url, { ref: 'a' });
+    const recorder = createOutcomeRecorder();
+    await start({ queueUrl: queue.url, deadLetterQueueUrl: dlq.url, handler: recorder.wrap(inbox()) });
+    await recorder.waitFor(sqsId, { status: 'processed' });
+
+    const other = await createQueue(ctx.client, 'ids-body');
+    await send(ctx.client, other.url, { ref: 'order-7' });
+    await send(ctx.client, other.url, { ref: 'order-7' });
+    await start({
+      queueUrl: other.url,
+      deadLetterQueueUrl: dlq.url,
+      handler: recorder.wrap(inbox()),
+      extractMessageId: (message) => (JSON.parse(message.Body!) as { ref: string }).ref,
+    });
+    await recorder.waitForCount(2, (o) => o.messageId === 'order-7');
+    expect(recorder.outcomes.filter((o) => o.messageId === 'order-7').map((o) => o.status).sort()).toEqual(['duplicate', 'processed']);
+    expect(await ctx.t.countEffects('order-7')).toBe(1);
+    await waitFor('queues empty', async () => (await queueDepth(ctx.client, queue.url)) + (await queueDepth(ctx.client, other.url)) === 0);
+  });
 });

@@ -47,7 +47,7 @@ export function deadLetterAttributes(
 ): Record<string, MessageAttributeValue> {
   const ordered = new Map<string, MessageAttributeValue>();
   if (context.messageId !== undefined) ordered.set(context.messageIdAttribute, text(context.messageId));
-  const headers = deadLetterHeaders(outcome, context.now);
+  const headers: Record<string, string> = deadLetterHeaders(outcome, context.now);
   for (const name of PRIORITY) if (headers[name] !== undefined) ordered.set(name, text(headers[name]));
   for (const [name, value] of Object.entries(headers)) if (!ordered.has(name)) ordered.set(name, text(value));
   ordered.set(SqsDeadLetterAttributes.SOURCE_QUEUE, text(context.queueUrl));

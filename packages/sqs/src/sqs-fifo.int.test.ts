@@ -1,9 +1,9 @@
 import { ReceiveMessageCommand } from '@aws-sdk/client-sqs';
-import { type InboxMessage } from '@inboxed/core';
+import { PermanentError, type InboxMessage } from '@inboxed/core';
 import { createOutcomeRecorder } from '@inboxed/core/testing';
 import { waitFor } from '@inboxed/test-support';
 import { describe, expect, it } from 'vitest';
-import { createQueue, queueDepth, send, sqsTestContext } from './__tests__/sqs-test-kit.js';
+import { createQueue, queueDepth, receiveAll, send, sqsTestContext } from './__tests__/sqs-test-kit.js';
 import { processSqsMessages } from './process-sqs-messages.js';
 
 describe('FIFO queues on a real SQS API', () => {
@@ -36,6 +36,26 @@ describe('FIFO queues on a real SQS API', () => {
     // A3 was never attempted before A2 succeeded.
     expect(attempts.filter((id) => id.startsWith('A'))).toEqual(['A1', 'A2', 'A2', 'A3']);
     expect(recorder.counts()).toEqual({ processed: 6, retry: 1 });
+  });
+
+  it('a poison message in a group goes to a FIFO DLQ (keeping its group) and its group moves on', async () => {
+    const queue = await createQueue(ctx.client, 'poison', {}, true);
+    const dlq = await createQueue(ctx.client, 'poison-dlq', {}, true);
+    for (let i = 1; i <= 3; i++) await send(ctx.client, queue.url, { i }, { id: `P${i}`, group: 'P', dedup: `P${i}` });
+    const recorder = createOutcomeRecorder();
+    const handler = ctx.inbox(async (message: InboxMessage, tx: any) => {
+      if (message.id === 'P2') throw new PermanentError('cannot render');
+      await ctx.insertEffect(message, tx);
+    });
+    await ctx.start({ queueUrl: queue.url, deadLetterQueueUrl: dlq.url, handler: recorder.wrap(handler) });
+
+    await recorder.waitFor('P3', { status: 'processed' });
+    await waitFor('queue empty', async () => (await queueDepth(ctx.client, queue.url)) === 0);
+    expect(await effectOrder()).toEqual(['P1', 'P3']);
+    const [dead] = await receiveAll(ctx.client, dlq.url, 1);
+    expect(dead!.Attributes!.MessageGroupId).toBe('P');
+    expect(dead!.MessageAttributes!['x-inboxed-reason']?.StringValue).toBe('permanent-failure');
+    expect(dead!.MessageAttributes!['message-id']?.StringValue).toBe('P2');
   });
 
   it('processSqsMessages: within one receive, messages after a retry in the same group are held back behind it', async () => {
