@@ -216,7 +216,7 @@ export function createSqsConsumer(options: SqsConsumerOptions): SqsConsumer {
       if (still > 0) {
         events.emit(
           'error',
-          new InboxError(SqsErrorCodes.STOP_TIMEOUT, `stop() gave up after ${stopTimeoutMs} ms with ${still} receive batch(es) still processing; their messages reappear after the visibility timeout`, {
+          new InboxError(SqsErrorCodes.STOP_TIMEOUT, `stop() gave up after ${stopTimeoutMs} ms with ${still} receive batch(es) still processing; they settle if the process keeps running, otherwise their messages reappear after the visibility timeout`, {
             details: { queueUrl, stopTimeoutMs, inFlight: still },
           }),
         );

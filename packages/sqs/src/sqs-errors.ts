@@ -20,7 +20,7 @@ export const SqsErrorCodes = {
   QUEUE_UNAVAILABLE: 'SQS_QUEUE_UNAVAILABLE',
   /** Neither `deadLetterQueueUrl` nor a redrive policy: dead-lettered messages are redelivered with backoff forever. */
   NO_DEAD_LETTER_TARGET: 'SQS_NO_DEAD_LETTER_TARGET',
-  /** `stop()` reached `stopTimeoutMs` with work still running; those messages reappear after their visibility timeout. */
+  /** `stop()` reached `stopTimeoutMs` with work still running; it still settles if the process lives on, else those messages reappear after their visibility timeout. */
   STOP_TIMEOUT: 'SQS_STOP_TIMEOUT',
 } as const;
 

@@ -133,4 +133,32 @@ describe('settling messages on a real SQS API: deletes, dead-letters, redrive, s
     expect(await queueDepth(ctx.client, queue.url)).toBe(1);
     expect(await ctx.t.countEffects()).toBe(1);
   });
+
+  it('stop() gives up after stopTimeoutMs with SQS_STOP_TIMEOUT; the message is still settled, not lost', async () => {
+    const queue = await createQueue(ctx.client, 'stopslow');
+    const dlq = await createQueue(ctx.client, 'stopslow-dlq');
+    await send(ctx.client, queue.url, { i: 1 }, { id: 'slow-stop' });
+    let started = false;
+    const recorder = createOutcomeRecorder();
+    const consumer = await ctx.start({
+      queueUrl: queue.url,
+      deadLetterQueueUrl: dlq.url,
+      stopTimeoutMs: 200,
+      handler: recorder.wrap(
+        ctx.inbox(async (message: InboxMessage, tx: any) => {
+          started = true;
+          await sleep(1_500);
+          await ctx.insertEffect(message, tx);
+        }),
+      ),
+    });
+    await waitFor('handler started', () => started);
+    await consumer.stop();
+
+    expect(ctx.errors.map((e) => e.code)).toEqual([SqsErrorCodes.STOP_TIMEOUT]);
+    expect(recorder.outcomes).toEqual([]); // stop() returned while the handler still ran
+    await recorder.waitFor('slow-stop', { status: 'processed' });
+    await waitFor('queue empty', async () => (await queueDepth(ctx.client, queue.url)) === 0);
+    expect(await ctx.t.countEffects('slow-stop')).toBe(1);
+  });
 });
