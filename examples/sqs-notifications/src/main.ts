@@ -117,8 +117,19 @@ if (demoMode) {
   await publish('pigeon-4', JSON.stringify({ userId: 'u4', channel: 'pigeon', template: 'welcome' }));
   await publish('garbled-5', '{"userId": "u5", "chan');
 
-  // Wait until the queue is drained (the flaky one comes back after its backoff).
+  // Wait until all six have a final outcome and the queue is drained (the flaky one comes back after its backoff).
+  const finals = () => (counts.processed ?? 0) + (counts.duplicate ?? 0) + (counts['dead-letter'] ?? 0);
+  const deadline = Date.now() + 60_000;
   for (;;) {
+    if (Date.now() > deadline) {
+      console.error(`demo did not settle within 60 s: ${JSON.stringify(counts)}`);
+      process.exitCode = 1;
+      break;
+    }
+    if (finals() < 6) {
+      await new Promise((r) => setTimeout(r, 100));
+      continue;
+    }
     const { Attributes = {} } = await client.send(
       new GetQueueAttributesCommand({ QueueUrl: queueUrl, AttributeNames: ['ApproximateNumberOfMessages', 'ApproximateNumberOfMessagesNotVisible'] }),
     );
@@ -126,6 +137,7 @@ if (demoMode) {
     await new Promise((r) => setTimeout(r, 200));
   }
   const rows = await db.select().from(notificationsSent).where(sql`${notificationsSent.messageId} like ${`${runId}-%`}`);
-  console.log(`\n${JSON.stringify(counts)}; notifications_sent rows for this run: ${rows.length} (expected 3: welcome once, reset, flaky after one retry)`);
+  const summary = ['processed', 'duplicate', 'retry', 'dead-letter'].map((k) => `${k}=${counts[k] ?? 0}`).join(' ');
+  console.log(`\n${summary}; notifications_sent rows for this run: ${rows.length} (expected 3: welcome once, reset, flaky after one retry)`);
   await shutdown();
 }
