@@ -30,6 +30,7 @@ const UNAVAILABLE_MESSAGES = [
   /timeout exceeded when trying to connect/i, // node-postgres pool connectionTimeoutMillis
   /connection (?:is )?(?:closed|ended)/i,
   /client has encountered a connection error/i,
+  /not queryable/i, // node-postgres: a client whose connection already failed
   /cannot use a pool after calling end/i,
   /pglite is closed/i,
   /query read timeout/i,

@@ -1,0 +1,57 @@
+import { spawn } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import { migrate, withInbox, type InboxMessage } from '@inboxed/core';
+import { createTestDatabase, databaseUrl, type TestDatabase } from '@inboxed/test-support';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+
+const worker = fileURLToPath(new URL('./fixtures/crash-worker.ts', import.meta.url));
+
+/** Runs the crash worker until it prints `line`, then SIGKILLs it. */
+function runUntil(line: string, env: Record<string, string>): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, ['--conditions=@inboxed/source', '--import', 'tsx', worker], {
+      env: { ...process.env, ...env },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let out = '';
+    let err = '';
+    child.stdout.on('data', (chunk: Buffer) => {
+      out += chunk.toString();
+      if (out.includes(line)) child.kill('SIGKILL');
+    });
+    child.stderr.on('data', (chunk: Buffer) => (err += chunk.toString()));
+    child.on('exit', (_code, signal) => (signal === 'SIGKILL' ? resolve(out) : reject(new Error(`worker exited without reaching ${line}: ${out}${err}`))));
+  });
+}
+
+describe('a consumer process killed with SIGKILL', () => {
+  let t: TestDatabase;
+  beforeEach(async () => {
+    t = await createTestDatabase('node-postgres', { label: 'crash' });
+    await migrate(t.db, { schema: t.schema });
+  });
+  afterEach(async () => {
+    await t.close();
+  });
+
+  const redeliver = (id: string) =>
+    withInbox(async (message: InboxMessage, tx) => {
+      await tx.insert(t.effects).values({ messageId: message.id });
+    }, { db: t.db, consumer: 'crash-test', tables: { schema: t.schema } })({ id, payload: { n: 1 } });
+
+  it('inside the transaction: nothing persists, and the redelivery is processed once', async () => {
+    await runUntil('WROTE-UNCOMMITTED', { DATABASE_URL: databaseUrl(), SCHEMA: t.schema, MESSAGE_ID: 'k-1', CRASH_AT: 'in-transaction' });
+    // The server rolls the dead session back; until it notices, the redelivery waits on the row
+    // lock (bounded by lockTimeoutMs) or claims it.
+    expect(await t.countEffects()).toBe(0);
+    expect((await redeliver('k-1')).status).toBe('processed');
+    expect(await t.countEffects('k-1')).toBe(1);
+  });
+
+  it('after commit, before the ack: the redelivery is a duplicate, exactly one effect', async () => {
+    const out = await runUntil('OUTCOME', { DATABASE_URL: databaseUrl(), SCHEMA: t.schema, MESSAGE_ID: 'k-2', CRASH_AT: 'before-ack' });
+    expect(out).toContain('OUTCOME processed');
+    expect((await redeliver('k-2')).status).toBe('duplicate');
+    expect(await t.countEffects('k-2')).toBe(1);
+  });
+});
