@@ -9,6 +9,5 @@ export default defineProject({
     globalSetup: ['./support/postgres-setup.ts'],
     testTimeout: 120_000,
     hookTimeout: 60_000,
-    passWithNoTests: true,
   },
 });
