@@ -30,7 +30,7 @@ export interface AmqpConsumerOptions {
   queue: string;
   /** A processor from `withInbox` (one transaction per message) or `withInboxBatch` (one per batch). */
   handler: AnyInboxProcessor;
-  /** Unacked deliveries in flight (`basic.qos`). Default 32; in batch mode `2 * batch.size`. */
+  /** Unacked deliveries in flight (`basic.qos`). Default 32; in batch mode `4 * batch.size`. */
   prefetch?: number;
   /** Id extractor tried after `properties.messageId`, header `x-message-id` and header `message-id`. */
   messageId?: MessageIdExtractor;
@@ -123,7 +123,8 @@ export function createAmqpConsumer(options: AmqpConsumerOptions): AmqpConsumer {
   }
   const topology = resolveTopology(options.queue, options.retryDelaysMs, options.deadLetter);
   const batchSize = options.batch?.size ?? 100;
-  const prefetch = options.prefetch ?? (processor.kind === 'batch' ? 2 * batchSize : 32);
+  // Batch mode: room for ~4 batches in flight, so one fills while others commit (PG does better with a few concurrent transactions).
+  const prefetch = options.prefetch ?? (processor.kind === 'batch' ? 4 * batchSize : 32);
   if (!Number.isInteger(prefetch) || prefetch < 1) throw new InboxError(InboxErrorCodes.INVALID_OPTIONS, 'options.prefetch must be an integer >= 1');
   const stopTimeoutMs = options.stopTimeoutMs ?? 10_000;
   const reconnect: BackoffOptions = { baseDelayMs: 200, maxDelayMs: 30_000, jitter: 'equal', ...options.reconnect };
