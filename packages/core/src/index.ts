@@ -48,6 +48,7 @@ export {
   type InboxTables,
 } from './schema.js';
 export { migrate, type MigrateResult } from './migrations/migrate.js';
+export { purgeInbox, type PurgeOptions } from './retention.js';
 export { migrations, renderMigrationSql, type Migration } from './migrations/migrations.js';
 export { sleep } from './backoff.js';
 export * from './adapter/index.js';

@@ -1,0 +1,37 @@
+import { DRIVERS, createTestDatabase, type TestDatabase } from '@inboxed/test-support';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { InboxErrorCodes } from './errors.js';
+import { migrate } from './migrations/migrate.js';
+import { purgeInbox } from './retention.js';
+import { withInbox } from './with-inbox.js';
+
+describe.each(DRIVERS)('purgeInbox on %s', (driver) => {
+  let t: TestDatabase;
+  beforeEach(async () => {
+    t = await createTestDatabase(driver);
+    await migrate(t.db, { schema: t.schema });
+  });
+  afterEach(async () => {
+    await t.close();
+  });
+
+  it('deletes only rows older than the window, in batches, for the chosen consumer', async () => {
+    const tables = { schema: t.schema };
+    const a = withInbox(async () => {}, { db: t.db, consumer: 'a', tables });
+    const b = withInbox(async () => {}, { db: t.db, consumer: 'b', tables });
+    for (let i = 0; i < 25; i++) await a({ id: `old-${i}`, payload: i });
+    await b({ id: 'old-b', payload: 0 });
+    await t.query(`update "${t.schema}".inbox set completed_at = now() - interval '2 days'`);
+    await a({ id: 'fresh', payload: 1 });
+
+    expect(await purgeInbox(t.db, { olderThanMs: 86_400_000, consumer: 'a', batchSize: 10, tables })).toEqual({ deleted: 25 });
+    const left = await t.query<{ consumer: string; message_id: string }>(`select consumer, message_id from "${t.schema}".inbox order by 1, 2`);
+    expect(left).toEqual([{ consumer: 'a', message_id: 'fresh' }, { consumer: 'b', message_id: 'old-b' }]);
+    // A purged id is new again: the retention window must outlast every redelivery.
+    expect((await a({ id: 'old-3', payload: 3 })).status).toBe('processed');
+  });
+
+  it('rejects a non-positive window', async () => {
+    await expect(purgeInbox(t.db, { olderThanMs: 0 })).rejects.toMatchObject({ code: InboxErrorCodes.INVALID_OPTIONS });
+  });
+});
