@@ -13,7 +13,7 @@ import amqp from 'amqplib';
 import { drizzle } from 'drizzle-orm/node-postgres';
 import { integer, pgSchema, text } from 'drizzle-orm/pg-core';
 import pg from 'pg';
-import { benchDatabaseUrl, printTable, rate } from '../bench-kit.ts';
+import { benchDatabaseUrl, printTable, rate } from '../bench-kit.js';
 
 const AMQP_URL = process.env.AMQP_URL ?? 'amqp://guest:guest@127.0.0.1:5672';
 const MESSAGES = Number(process.env.BENCH_AMQP_MESSAGES ?? 20_000);
