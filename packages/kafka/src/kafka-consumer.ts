@@ -1,4 +1,4 @@
-import { ConsumerEventEmitter, InboxError, InboxErrorCodes, type AnyInboxProcessor } from '@inboxed/core';
+import { backoffDelay, ConsumerEventEmitter, InboxError, InboxErrorCodes, type AnyInboxProcessor } from '@inboxed/core';
 import { KafkaErrorCodes, kafkaError } from './kafka-errors.js';
 import { KafkaRuntime, type KafkaProcessingOptions } from './kafka-runtime.js';
 import type { KafkaConsumerConfigLike, KafkaConsumerLike, KafkaLike, KafkaProducerConfigLike, KafkaProducerLike } from './kafka-types.js';
@@ -37,6 +37,13 @@ export interface KafkaConsumerOptions extends KafkaProcessingOptions {
   producerConfig?: KafkaProducerConfigLike;
   /** Bring your own connected dead-letter producer instead; it is not disconnected by `stop()`. */
   producer?: KafkaProducerLike;
+  /**
+   * kafkajs restarts a crashed consumer only for retriable errors; any other crash leaves it dead.
+   * With `true` (default) the adapter then starts a fresh consumer after a backoff (1 s doubling
+   * to 30 s, emitting `reconnect`), which resumes from the committed offsets. `false`: stay down
+   * (the crash is still reported as a `KAFKA_CONSUMER_CRASHED` error).
+   */
+  restartOnCrash?: boolean;
 }
 
 /** A running (or startable) Kafka inbox consumer. */
@@ -69,7 +76,7 @@ const asList = <T>(value: T | T[]): T[] => (Array.isArray(value) ? value : [valu
  * await consumer.start();
  */
 export function createKafkaConsumer(options: KafkaConsumerOptions): KafkaInboxConsumer {
-  const { kafka, groupId, topics, handler, mode, fromBeginning, partitionsConsumedConcurrently, consumerConfig, idempotentDeadLetters, producerConfig, producer: ownProducer, ...processing } = options;
+  const { kafka, groupId, topics, handler, mode, fromBeginning, partitionsConsumedConcurrently, consumerConfig, idempotentDeadLetters, producerConfig, producer: ownProducer, restartOnCrash, ...processing } = options;
   if (typeof groupId !== 'string' || groupId === '') throw new InboxError(InboxErrorCodes.INVALID_OPTIONS, 'options.groupId must be a non-empty string');
   if (typeof handler !== 'function' || (handler.kind !== 'single' && handler.kind !== 'batch')) {
     throw new InboxError(InboxErrorCodes.INVALID_OPTIONS, 'options.handler must be a processor from withInbox() or withInboxBatch()');
@@ -82,12 +89,59 @@ export function createKafkaConsumer(options: KafkaConsumerOptions): KafkaInboxCo
   let consumer: KafkaConsumerLike | undefined;
   let producer: KafkaProducerLike | undefined;
   let runtime: KafkaRuntime | undefined;
+  let restarts = 0;
+  let restartTimer: NodeJS.Timeout | undefined;
 
+  const disconnectConsumer = async (target: KafkaConsumerLike | undefined) => {
+    await target?.disconnect().catch((error: unknown) => events.emit('error', kafkaError(KafkaErrorCodes.KAFKA_CONNECTION_FAILED, 'disconnecting the consumer failed', error)));
+  };
   const disconnect = async () => {
-    await consumer?.disconnect().catch((error: unknown) => events.emit('error', kafkaError(KafkaErrorCodes.KAFKA_CONNECTION_FAILED, 'disconnecting the consumer failed', error)));
+    await disconnectConsumer(consumer);
     if (ownProducer === undefined) {
       await producer?.disconnect().catch((error: unknown) => events.emit('error', kafkaError(KafkaErrorCodes.KAFKA_CONNECTION_FAILED, 'disconnecting the dead-letter producer failed', error)));
     }
+  };
+
+  /** A fresh kafkajs consumer and runtime, subscribed and running. */
+  const launch = async () => {
+    const current = kafka.consumer({ ...consumerConfig, groupId });
+    consumer = current;
+    const run = new KafkaRuntime({ processor: handler, consumer: current, producer: producer!, events, groupId, onFatalCrash: () => scheduleRestart(run) }, processing);
+    runtime = run;
+    try {
+      await current.connect();
+      await current.subscribe({ topics: topicList, fromBeginning: fromBeginning ?? true });
+      await current.run({
+        autoCommit: false,
+        eachBatchAutoResolve: false,
+        partitionsConsumedConcurrently: partitionsConsumedConcurrently ?? 1,
+        ...(runMode === 'batch' ? { eachBatch: run.eachBatch } : { eachMessage: run.eachMessage }),
+      });
+    } catch (error) {
+      run.close();
+      await disconnectConsumer(current);
+      throw kafkaError(KafkaErrorCodes.KAFKA_CONNECTION_FAILED, `starting the Kafka consumer for group ${groupId} failed`, error, { details: { groupId, topics: topicList.map(String) } });
+    }
+  };
+
+  /** After a crash kafkajs will not recover from: a new consumer resumes from the committed offsets. */
+  const scheduleRestart = (crashed: KafkaRuntime) => {
+    crashed.close();
+    // A crash can happen inside start() too (kafkajs joins the group within run()).
+    if (restartOnCrash === false || state === 'stopped' || state === 'idle' || crashed !== runtime) return;
+    const delayMs = backoffDelay(++restarts, { baseDelayMs: 1000, maxDelayMs: 30_000, jitter: 'equal' });
+    restartTimer = setTimeout(() => {
+      restartTimer = undefined;
+      if (state === 'stopped') return;
+      events.emit('reconnect', { attempt: restarts, delayMs });
+      launch().then(
+        () => void (restarts = 0),
+        (error: unknown) => {
+          events.emit('error', error as InboxError);
+          scheduleRestart(runtime!);
+        },
+      );
+    }, delayMs);
   };
 
   return {
@@ -95,25 +149,20 @@ export function createKafkaConsumer(options: KafkaConsumerOptions): KafkaInboxCo
     async start() {
       if (state !== 'idle') throw new InboxError(InboxErrorCodes.INVALID_OPTIONS, `start() called on a ${state} consumer`);
       state = 'starting';
-      consumer = kafka.consumer({ ...consumerConfig, groupId });
       producer = ownProducer ?? kafka.producer({ idempotent: idempotentDeadLetters ?? true, maxInFlightRequests: 1, ...producerConfig });
-      runtime = new KafkaRuntime({ processor: handler, consumer, producer, events, groupId }, processing);
       try {
         if (ownProducer === undefined) await producer.connect();
-        await consumer.connect();
-        await consumer.subscribe({ topics: topicList, fromBeginning: fromBeginning ?? true });
-        const run = runtime;
-        await consumer.run({
-          autoCommit: false,
-          eachBatchAutoResolve: false,
-          partitionsConsumedConcurrently: partitionsConsumedConcurrently ?? 1,
-          ...(runMode === 'batch' ? { eachBatch: run.eachBatch } : { eachMessage: run.eachMessage }),
-        });
       } catch (error) {
         state = 'stopped';
-        runtime.close();
         await disconnect();
-        throw kafkaError(KafkaErrorCodes.KAFKA_CONNECTION_FAILED, `starting the Kafka consumer for group ${groupId} failed`, error, { details: { groupId, topics: topicList.map(String) } });
+        throw kafkaError(KafkaErrorCodes.KAFKA_CONNECTION_FAILED, 'connecting the dead-letter producer failed', error, { details: { groupId } });
+      }
+      try {
+        await launch();
+      } catch (error) {
+        state = 'stopped';
+        await disconnect();
+        throw error;
       }
       state = 'running';
     },
@@ -123,6 +172,7 @@ export function createKafkaConsumer(options: KafkaConsumerOptions): KafkaInboxCo
         return;
       }
       state = 'stopped';
+      clearTimeout(restartTimer);
       const left = (await runtime?.quiesce()) ?? 0;
       runtime?.close();
       if (left === 0) {

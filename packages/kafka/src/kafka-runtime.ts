@@ -58,6 +58,8 @@ export interface KafkaRuntimeDeps {
   events: ConsumerEventEmitter;
   /** The consumer group, for the `x-inboxed-group-id` dead-letter header. */
   groupId?: string;
+  /** Called when kafkajs crashed and will not restart the consumer itself. */
+  onFatalCrash?: (error: unknown) => void;
 }
 
 /** A partition held at a failing offset until its backoff ends. */
@@ -188,6 +190,7 @@ export class KafkaRuntime {
     this.epoch++;
     this.crashed = restart;
     this.deps.events.emit('error', kafkaError(KafkaErrorCodes.KAFKA_CONSUMER_CRASHED, 'the kafkajs consumer crashed', error, { details: { restart } }));
+    if (!restart && !this.stopping) this.deps.onFatalCrash?.(error);
   }
 
   private owns(topic: string, partition: number): boolean {
