@@ -43,6 +43,7 @@ async function rowsOf<T>(tx: Executable, query: SQL): Promise<T[]> {
 export class InboxStore {
   private readonly inboxName: SQL;
   private readonly consumerExpression: SQL;
+  private readonly inboxNameText: string;
 
   constructor(
     private readonly tables: InboxTables,
@@ -51,7 +52,8 @@ export class InboxStore {
   ) {
     const config = getTableConfig(tables.inbox);
     // Names were validated as plain identifiers when the tables were built.
-    this.inboxName = sql.raw(config.schema === undefined ? `"${config.name}"` : `"${config.schema}"."${config.name}"`);
+    this.inboxNameText = config.schema === undefined ? `"${config.name}"` : `"${config.schema}"."${config.name}"`;
+    this.inboxName = sql.raw(this.inboxNameText);
     // The consumer expression also sets lock_timeout for this transaction, so the bounded wait costs
     // no extra round trip. set_config is volatile: it runs before the row is inserted, hence before
     // any wait on the unique index. (lockTimeoutMs is a validated integer.)
@@ -82,6 +84,21 @@ export class InboxStore {
           on conflict do nothing returning message_id`;
     const claimed = await rowsOf<{ message_id: string }>(tx, query);
     return new Set(claimed.map((r) => r.message_id));
+  }
+
+  /**
+   * The claim as one self-contained SQL text with inline literals, for drivers that can send it in
+   * the same round trip as BEGIN (node-postgres' simple query protocol accepts several statements
+   * but no parameters). `quote` must be the driver's own literal escaping.
+   */
+  claimText(rows: readonly ClaimRow[], quote: (value: string) => string): string {
+    const literal = (value: string | null | undefined) => (value === null || value === undefined ? 'NULL' : quote(value));
+    const array = (values: (string | null | undefined)[]) => `ARRAY[${values.map(literal).join(',')}]::text[]`;
+    return `insert into ${this.inboxNameText} (consumer, message_id, fingerprint, status, source, received_at)
+      select ${literal(this.consumer)}, m.id, m.fp, 'processed', m.src, coalesce(m.at::timestamptz, now())
+      from unnest(${array(rows.map((r) => r.messageId))}, ${array(rows.map((r) => r.fingerprint))},
+                  ${array(rows.map((r) => r.source))}, ${array(rows.map((r) => r.receivedAt?.toISOString()))}) as m(id, fp, src, at)
+      on conflict do nothing returning message_id`;
   }
 
   /** Reads the committed rows of ids that could not be claimed. */

@@ -1,81 +1,141 @@
 import { sleep } from './backoff.js';
 import { classifyDatabaseError } from './database-errors.js';
+import { ClaimFailure } from './failure.js';
+import type { ClaimRow, InboxStore } from './inbox-store.js';
 import type { ResolvedOptions } from './options.js';
 import type { AnyPgDatabase, TransactionOf } from './types.js';
 
-type TransactionConfig = { isolationLevel: NonNullable<ResolvedOptions<AnyPgDatabase, unknown>['isolationLevel']> } | undefined;
-type Body<T> = (tx: unknown) => Promise<T>;
+type IsolationLevel = NonNullable<ResolvedOptions<AnyPgDatabase, unknown>['isolationLevel']>;
 
-interface PoolClient {
+/** The body of a claim transaction: runs after the claim, in the same transaction. */
+export type ClaimedBody<TDb extends AnyPgDatabase, T> = (tx: TransactionOf<TDb>, claimed: Set<string>) => Promise<T>;
+
+interface PgPoolClient {
+  query(text: string): Promise<unknown>;
+  escapeLiteral(value: string): string;
   on(event: 'error', listener: (error: unknown) => void): unknown;
   removeListener(event: 'error', listener: (error: unknown) => void): unknown;
   release(destroy?: unknown): void;
 }
 
-interface DrizzleSession {
-  constructor: new (client: PoolClient, dialect: unknown, schema: unknown, options: unknown) => { transaction<T>(body: Body<T>, config?: TransactionConfig): Promise<T> };
-  dialect: unknown;
-  schema: unknown;
-  options: unknown;
+interface NodePgTarget {
+  pool: { connect(): Promise<PgPoolClient> };
+  session: { dialect: unknown; schema: unknown; options: unknown };
 }
 
-/**
- * Finds a node-postgres `Pool` behind a Drizzle database, with the session that wraps it. Duck-typed
- * so core imports no driver.
- */
-function nodePostgresPool(db: unknown): { pool: { connect(): Promise<PoolClient> }; session: DrizzleSession } | undefined {
-  const { $client: pool, session } = db as { $client?: { connect?: unknown; totalCount?: unknown }; session?: Partial<DrizzleSession> };
+/** A node-postgres `Pool` behind a Drizzle database, duck-typed so core loads no driver it does not need. */
+function nodePostgresTarget(db: unknown): NodePgTarget | undefined {
+  const { $client: pool, session } = db as { $client?: { connect?: unknown; totalCount?: unknown }; session?: Record<string, unknown> };
   if (typeof pool?.connect !== 'function' || typeof pool.totalCount !== 'number') return undefined;
-  if (session === undefined || typeof session.constructor !== 'function' || !('dialect' in session)) return undefined;
-  return { pool: pool as { connect(): Promise<PoolClient> }, session: session as DrizzleSession };
+  if (session === undefined || !('dialect' in session) || !('options' in session)) return undefined;
+  return { pool: pool as NodePgTarget['pool'], session: session as NodePgTarget['session'] };
+}
+
+let nodePgModule: Promise<typeof import('drizzle-orm/node-postgres')> | undefined;
+
+/** Last result's rows of a (possibly multi-statement) node-postgres query. */
+function lastRows<T>(result: unknown): T[] {
+  const last = Array.isArray(result) ? result[result.length - 1] : result;
+  return (last as { rows: T[] }).rows;
 }
 
 /**
- * A transaction on a node-postgres pool, run on a client we check out ourselves. Two reasons, both
- * about surviving a database that drops connections:
- * - Drizzle's pool transaction sends BEGIN before its try/finally, so a BEGIN that fails on a dead
- *   connection leaks the client; a few such leaks wedge the pool for good.
+ * The node-postgres path: we check out the client and run BEGIN, lock_timeout and the claim as one
+ * simple-protocol query, so the inbox adds no round trip to a bare transaction (BEGIN+claim,
+ * handler, COMMIT vs BEGIN, handler, COMMIT). Owning the client also fixes two ways a dropped
+ * connection hurt Drizzle's pool transaction:
+ * - it sends BEGIN before its try/finally, so a BEGIN failing on a dead connection leaks the client;
+ *   a few such leaks wedge the pool for good;
  * - node-postgres emits `error` on a checked-out client whose connection drops between queries, and
- *   pg-pool removes its own listener during checkout: unhandled, it kills the process. The error is
- *   not lost: the pending query or COMMIT fails with it, and that failure becomes the outcome.
- * A broken client is released with its error, so the pool destroys it instead of reusing it.
+ *   pg-pool removes its listener during checkout: unhandled, it kills the process. The error is not
+ *   lost: the pending query or COMMIT fails with it and that becomes the outcome.
+ * A broken client is released with its error so the pool destroys it instead of reusing it.
  */
-async function poolTransaction<T>(target: NonNullable<ReturnType<typeof nodePostgresPool>>, body: Body<T>, config: TransactionConfig): Promise<T> {
+async function nodePostgresClaim<TDb extends AnyPgDatabase, T>(
+  target: NodePgTarget,
+  options: ResolvedOptions<TDb, unknown>,
+  store: InboxStore,
+  rows: readonly ClaimRow[],
+  body: ClaimedBody<TDb, T>,
+): Promise<T> {
+  const { NodePgSession, NodePgTransaction } = await (nodePgModule ??= import('drizzle-orm/node-postgres'));
   const client = await target.pool.connect();
   const ignore = () => {};
   client.on('error', ignore);
   let failure: unknown;
   try {
+    const begin = options.isolationLevel === undefined ? 'begin' : `begin isolation level ${options.isolationLevel}`;
+    const lock = options.lockTimeoutMs === null ? '' : `set local lock_timeout = '${options.lockTimeoutMs}ms'; `;
+    let claimed: Set<string>;
+    try {
+      const result = await client.query(`${begin}; ${lock}${store.claimText(rows, (v) => client.escapeLiteral(v))}`);
+      claimed = new Set(lastRows<{ message_id: string }>(result).map((r) => r.message_id));
+    } catch (error) {
+      await client.query('rollback').catch(() => {});
+      throw new ClaimFailure(error);
+    }
     const { session } = target;
-    const clientSession = new session.constructor(client, session.dialect, session.schema, session.options);
-    return await clientSession.transaction(body, config);
+    const clientSession = new NodePgSession(client as never, session.dialect as never, session.schema as never, session.options as never);
+    const tx = new NodePgTransaction(session.dialect as never, clientSession, session.schema as never);
+    let result: T;
+    try {
+      result = await body(tx as TransactionOf<TDb>, claimed);
+    } catch (error) {
+      await client.query('rollback').catch(() => {}); // a dead connection rolls back on the server anyway
+      throw error;
+    }
+    await client.query('commit');
+    return result;
   } catch (error) {
     failure = error;
     throw error;
   } finally {
     client.removeListener('error', ignore);
-    client.release(failure !== undefined && classifyDatabaseError(failure) === 'unavailable' ? failure : undefined);
+    const cause = failure instanceof ClaimFailure ? failure.original : failure;
+    client.release(cause !== undefined && classifyDatabaseError(cause) === 'unavailable' ? cause : undefined);
   }
 }
 
-/**
- * @internal Runs `body` in one transaction of the user's database, re-running it when PostgreSQL
- * reports a serialization failure or deadlock (safe: the failed run was rolled back whole).
- * Everything else is thrown to the caller.
- */
-export async function inTransaction<TDb extends AnyPgDatabase, T>(
+/** Every other driver: Drizzle's own transaction, with the claim as its first statement. */
+async function drizzleClaim<TDb extends AnyPgDatabase, T>(
   options: ResolvedOptions<TDb, unknown>,
-  body: (tx: TransactionOf<TDb>) => Promise<T>,
+  store: InboxStore,
+  rows: readonly ClaimRow[],
+  body: ClaimedBody<TDb, T>,
 ): Promise<T> {
-  const config: TransactionConfig = options.isolationLevel === undefined ? undefined : { isolationLevel: options.isolationLevel };
-  const pool = nodePostgresPool(options.db);
+  const config = options.isolationLevel === undefined ? undefined : { isolationLevel: options.isolationLevel as IsolationLevel };
+  return (await options.db.transaction((async (tx: TransactionOf<TDb>) => {
+    let claimed: Set<string>;
+    try {
+      claimed = await store.claim(tx, rows);
+    } catch (error) {
+      throw new ClaimFailure(error);
+    }
+    return body(tx, claimed);
+  }) as never, config)) as T;
+}
+
+/**
+ * @internal One inbox transaction: claim `rows`, then run `body` with the claimed ids, then commit.
+ * Re-runs the whole transaction when PostgreSQL reports a serialization failure or deadlock (safe:
+ * the failed run was rolled back whole). A failing claim is thrown as a {@link ClaimFailure};
+ * everything else as it was thrown.
+ */
+export async function claimTransaction<TDb extends AnyPgDatabase, T>(
+  options: ResolvedOptions<TDb, unknown>,
+  store: InboxStore,
+  rows: readonly ClaimRow[],
+  body: ClaimedBody<TDb, T>,
+): Promise<T> {
+  const target = nodePostgresTarget(options.db);
   for (let run = 0; ; run++) {
     try {
-      return pool !== undefined
-        ? await poolTransaction(pool, body as Body<T>, config)
-        : ((await options.db.transaction(body as Body<T> as never, config)) as T);
+      return target !== undefined
+        ? await nodePostgresClaim(target, options, store, rows, body)
+        : await drizzleClaim(options, store, rows, body);
     } catch (error) {
-      if (run >= options.transactionRetries || classifyDatabaseError(error) !== 'transient-conflict') throw error;
+      const cause = error instanceof ClaimFailure ? error.original : error;
+      if (run >= options.transactionRetries || classifyDatabaseError(cause) !== 'transient-conflict') throw error;
       // Short, jittered and growing: the competing transaction usually finishes within milliseconds.
       await sleep(Math.random() * 10 * 2 ** run);
     }

@@ -3,7 +3,7 @@ import { ClaimFailure, outcomeOfFailure } from './failure.js';
 import { InboxStore } from './inbox-store.js';
 import { resolveOptions, type InboxOptions, type ResolvedOptions } from './options.js';
 import { isOutcome, outcomeOfExisting, prepareMessage, type PreparedMessage } from './prepare.js';
-import { inTransaction } from './transaction.js';
+import { claimTransaction } from './transaction.js';
 import {
   isRejection,
   OutcomeReasons,
@@ -67,17 +67,12 @@ export function withInboxBatch<TDb extends AnyPgDatabase, TPayload = unknown>(
 
   /** One transaction for `slots`; returns their outcomes, or throws when the transaction failed. */
   async function runTransaction(slots: Slot<TPayload>[]): Promise<Map<number, InboxOutcome>> {
-    return inTransaction(resolved, async (tx) => {
-      // Sorted claims take index locks in one global order, so overlapping batches cannot deadlock each other.
-      const sorted = [...slots].sort((a, b) => (a.prepared.message.id < b.prepared.message.id ? -1 : 1));
-      let claimed: Set<string>;
-      try {
-        claimed = await store.claim(tx, sorted.map(({ prepared: { message, fingerprint } }) => ({
-          messageId: message.id, fingerprint, source: message.source, receivedAt: message.receivedAt,
-        })));
-      } catch (error) {
-        throw new ClaimFailure(error);
-      }
+    // Sorted claims take index locks in one global order, so overlapping batches cannot deadlock each other.
+    const sorted = [...slots].sort((a, b) => (a.prepared.message.id < b.prepared.message.id ? -1 : 1));
+    const rows = sorted.map(({ prepared: { message, fingerprint } }) => ({
+      messageId: message.id, fingerprint, source: message.source, receivedAt: message.receivedAt,
+    }));
+    return claimTransaction(resolved, store, rows, async (tx, claimed) => {
       const outcomes = new Map<number, InboxOutcome>();
       const fresh = slots.filter((slot) => claimed.has(slot.prepared.message.id));
       const known = slots.filter((slot) => !claimed.has(slot.prepared.message.id));

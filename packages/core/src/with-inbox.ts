@@ -1,8 +1,8 @@
-import { ClaimFailure, outcomeOfFailure } from './failure.js';
+import { outcomeOfFailure } from './failure.js';
 import { InboxStore } from './inbox-store.js';
 import { resolveOptions, type InboxOptions } from './options.js';
 import { isOutcome, outcomeOfExisting, prepareMessage } from './prepare.js';
-import { inTransaction } from './transaction.js';
+import { claimTransaction } from './transaction.js';
 import {
   isRejection,
   type AnyPgDatabase,
@@ -51,14 +51,9 @@ export function withInbox<TDb extends AnyPgDatabase, TPayload = unknown>(
     if (isOutcome(prepared)) return prepared;
     const { message, fingerprint } = prepared;
     const context: HandlerContext = { consumer, attempt: message.attempt ?? 1 };
+    const row = { messageId: message.id, fingerprint, source: message.source, receivedAt: message.receivedAt };
     try {
-      return await inTransaction(resolved, async (tx) => {
-        let claimed: Set<string>;
-        try {
-          claimed = await store.claim(tx, [{ messageId: message.id, fingerprint, source: message.source, receivedAt: message.receivedAt }]);
-        } catch (error) {
-          throw new ClaimFailure(error);
-        }
+      return await claimTransaction(resolved, store, [row], async (tx, claimed) => {
         if (!claimed.has(message.id)) {
           const existing = (await store.find(tx, [message.id])).get(message.id);
           // Gone between the conflict and the read: only retention could do that. Let the broker retry.
