@@ -24,7 +24,8 @@ import pg from 'pg';
 
 const AMQP_URL = process.env.AMQP_URL ?? 'amqp://guest:guest@127.0.0.1:5672';
 const QUEUE = process.env.QUEUE ?? 'rabbitmq-orders.orders';
-const { values: args } = parseArgs({ options: { publish: { type: 'string' }, 'exit-when-idle': { type: 'boolean' } } });
+// `pnpm start -- --publish 5` may pass the `--` through; it is not an argument of ours.
+const { values: args } = parseArgs({ args: process.argv.slice(2).filter((a) => a !== '--'), options: { publish: { type: 'string' }, 'exit-when-idle': { type: 'boolean' } } });
 
 interface OrderPlaced {
   orderId: string;
