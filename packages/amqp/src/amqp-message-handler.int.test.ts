@@ -75,3 +75,43 @@ describe('createAmqpMessageHandler in a hand-written channel.consume loop', () =
     expect(await f.t.countEffects()).toBe(0);
   });
 });
+
+describe('retry copies and the attempt header', () => {
+  let f: AmqpFixture;
+  beforeEach(async () => {
+    f = await createAmqpFixture('amqp_attempt');
+  });
+  afterEach(async () => {
+    await f.close();
+  });
+
+  it('a database outage retry keeps the attempt; a handler failure advances it', async () => {
+    const connection = await amqp.connect(amqpUrl());
+    try {
+      const channel = await connection.createConfirmChannel();
+      // Long tiers so the copies stay in the retry queue where the test can read them.
+      await assertTopology(channel, resolveTopology(f.queue, [60_000], undefined), undefined);
+      const reasons = ['database-unavailable', 'handler-failed'];
+      let call = 0;
+      const processor = Object.assign(async (m: { id: string; attempt?: number }) => ({
+        status: 'retry' as const, messageId: m.id, consumer: 'c', reason: reasons[call++]!, attempt: m.attempt ?? 1, retryAfterMs: 10,
+      }), { kind: 'single' as const, consumer: 'c' });
+      const onMessage = createAmqpMessageHandler(channel, processor, { queue: f.queue, retryDelaysMs: [60_000] });
+      const { consumerTag } = await channel.consume(f.queue, onMessage);
+      await f.broker.publish(f.queue, { a: 1 }, { messageId: 'outage', headers: { 'x-inboxed-attempt': 2 } });
+      await waitFor('first copy', async () => (await f.broker.depth(`${f.queue}.retry.60000`)) === 1);
+      await f.broker.publish(f.queue, { a: 2 }, { messageId: 'failing', headers: { 'x-inboxed-attempt': 2 } });
+      await waitFor('second copy', async () => (await f.broker.depth(`${f.queue}.retry.60000`)) === 2);
+      await channel.cancel(consumerTag);
+      await onMessage.drain(5000);
+      const copies = await f.broker.drain(`${f.queue}.retry.60000`);
+      const attemptOf = (id: string) => copies.find((c) => c.properties.messageId === id)!.properties.headers!['x-inboxed-attempt'];
+      expect(attemptOf('outage')).toBe(2); // delivered as attempt 3, not counted: stays at 2
+      expect(attemptOf('failing')).toBe(3); // attempt 3 failed: the next delivery is attempt 4
+      expect(copies[0]!.properties.headers!['x-inboxed-original-queue']).toBe(f.queue);
+      expect(await f.broker.depth(f.queue)).toBe(0);
+    } finally {
+      await connection.close();
+    }
+  });
+});

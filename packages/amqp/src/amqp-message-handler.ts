@@ -6,6 +6,7 @@ import {
   InboxError,
   InboxErrorCodes,
   InFlight,
+  OutcomeReasons,
   sleep,
   type AnyInboxProcessor,
   type InboxMessage,
@@ -13,7 +14,7 @@ import {
 } from '@inboxed/core';
 import type { Channel, ConfirmChannel, ConsumeMessage, Options } from 'amqplib';
 import { AmqpErrorCodes, toAmqpError } from './amqp-errors.js';
-import { ATTEMPT_HEADER, ORIGINAL_QUEUE_HEADER, extractMessageId, toInboxMessage, type MessageIdExtractor, type PayloadMode } from './amqp-message.js';
+import { ATTEMPT_HEADER, ORIGINAL_QUEUE_HEADER, attemptOf, extractMessageId, toInboxMessage, type MessageIdExtractor, type PayloadMode } from './amqp-message.js';
 import { ConfirmedPublisher } from './amqp-publisher.js';
 import { deadLetterDestination, resolveTopology, retryQueueName, retryTierFor, type DeadLetterTarget, type Topology } from './amqp-topology.js';
 
@@ -152,7 +153,12 @@ export function createAmqpMessageHandler(channel: Channel, processor: AnyInboxPr
     const properties = copyProperties(delivery, id);
     if (actionFor(outcome.status) === 'retry') {
       const delay = retryTierFor(outcome.retryAfterMs, topology.retryDelaysMs);
-      headers[ATTEMPT_HEADER] = outcome.attempt ?? 1;
+      // Only a handler failure is an attempt the core counts; a database outage, a lock wait or a
+      // serialization conflict is nobody's fault and must not push the message toward maxAttempts.
+      const previous = attemptOf(delivery) - 1;
+      const attempt = outcome.reason === OutcomeReasons.HANDLER_FAILED ? (outcome.attempt ?? previous + 1) : previous;
+      if (attempt > 0) headers[ATTEMPT_HEADER] = attempt;
+      else delete headers[ATTEMPT_HEADER];
       headers[ORIGINAL_QUEUE_HEADER] = topology.queue;
       await publisher.publish('', retryQueueName(topology.queue, delay), delivery.content, { ...properties, headers }, [outcome.messageId]);
       return;
