@@ -5,7 +5,7 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { createAmqpFixture, type AmqpFixture } from '../test/amqp-fixture.js';
 import { amqpUrl } from '../test/amqp-test-broker.js';
 import { createAmqpMessageHandler } from './amqp-message-handler.js';
-import { assertTopology, resolveTopology } from './amqp-topology.js';
+import { assertAmqpTopology } from './amqp-topology.js';
 
 describe('createAmqpMessageHandler in a hand-written channel.consume loop', () => {
   let f: AmqpFixture;
@@ -20,7 +20,7 @@ describe('createAmqpMessageHandler in a hand-written channel.consume loop', () =
     const connection = await amqp.connect(amqpUrl());
     try {
       const channel = await connection.createConfirmChannel();
-      await assertTopology(channel, resolveTopology(f.queue, [300], undefined), undefined);
+      await assertAmqpTopology(channel, { queue: f.queue, retryDelaysMs: [300] });
       await channel.prefetch(10);
       const onMessage = createAmqpMessageHandler(channel, f.processor((m) => {
         if (m.id === 'poison') throw new PermanentError('bad order');
@@ -90,7 +90,7 @@ describe('retry copies and the attempt header', () => {
     try {
       const channel = await connection.createConfirmChannel();
       // Long tiers so the copies stay in the retry queue where the test can read them.
-      await assertTopology(channel, resolveTopology(f.queue, [60_000], undefined), undefined);
+      await assertAmqpTopology(channel, { queue: f.queue, retryDelaysMs: [60_000] });
       const reasons = ['database-unavailable', 'handler-failed'];
       let call = 0;
       const processor = Object.assign(async (m: { id: string; attempt?: number }) => ({

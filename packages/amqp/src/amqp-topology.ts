@@ -73,3 +73,16 @@ export async function assertTopology(channel: Channel, topology: Topology, queue
   if (queue !== undefined) await channel.assertQueue(queue, { durable: true });
   else if (exchange !== '') await channel.checkExchange(exchange);
 }
+
+/**
+ * For {@link createAmqpMessageHandler} users: declares the retry queues and dead-letter queue a
+ * handler with the same options publishes to (see {@link assertTopology}). Defaults as in
+ * `createAmqpConsumer`: delays `[1000, 5000, 30000, 120000, 600000]`, dead-letter queue
+ * `<queue>.dead-letter`, work queue only checked unless `queueOptions` is given.
+ */
+export async function assertAmqpTopology(
+  channel: Channel,
+  options: { queue: string; retryDelaysMs?: readonly number[]; deadLetter?: DeadLetterTarget; queueOptions?: Options.AssertQueue },
+): Promise<void> {
+  await assertTopology(channel, resolveTopology(options.queue, options.retryDelaysMs, options.deadLetter), options.queueOptions);
+}

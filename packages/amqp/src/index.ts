@@ -8,5 +8,5 @@
 export { createAmqpConsumer, type AmqpConsumer, type AmqpConsumerOptions, type AmqpConsumerStatus } from './amqp-consumer.js';
 export { createAmqpMessageHandler, type AmqpMessageHandler, type AmqpMessageHandlerOptions, type AmqpBatchOptions } from './amqp-message-handler.js';
 export { extractMessageId, attemptOf, ATTEMPT_HEADER, ORIGINAL_QUEUE_HEADER, type MessageIdExtractor, type PayloadMode } from './amqp-message.js';
-export { assertTopology, retryQueueName, retryTierFor, DEFAULT_RETRY_DELAYS_MS, type DeadLetterTarget, type Topology } from './amqp-topology.js';
+export { assertAmqpTopology, retryQueueName, retryTierFor, DEFAULT_RETRY_DELAYS_MS, type DeadLetterTarget } from './amqp-topology.js';
 export { AmqpErrorCodes, toAmqpError, type AmqpErrorCode } from './amqp-errors.js';
