@@ -107,6 +107,14 @@ export default async function amqpSuite(): Promise<void> {
       await prefill(channel, queue, MESSAGES);
       batches.push(await inboxedConsume(queue, batch, MESSAGES));
     }
+    // The adapter alone: the same batch pipeline with a processor that touches no database, to
+    // separate the adapter's own cost (decode, collect, ack) from the inbox transaction's.
+    const noDatabase = Object.assign(
+      async (messages: readonly { id: string }[]) => messages.map((m) => ({ status: 'processed' as const, messageId: m.id, consumer: 'bench.no-db' })),
+      { kind: 'batch' as const, consumer: 'bench.no-db' },
+    );
+    await prefill(channel, queue, MESSAGES);
+    const adapterOnly = await inboxedConsume(queue, noDatabase, MESSAGES);
     await prefill(channel, queue, SINGLE_MESSAGES);
     const perMessage = await inboxedConsume(queue, single, SINGLE_MESSAGES);
 
@@ -121,6 +129,7 @@ export default async function amqpSuite(): Promise<void> {
       [`raw amqplib consume+ack (prefetch ${RAW_PREFETCH}, no DB)`, MESSAGES, `${rate(raw)} [${all(raws)}]`, '100%'],
       ['@inboxed/amqp per-message (prefetch 32)', SINGLE_MESSAGES, rate(perMessage), `${Math.round((100 * perMessage) / raw)}%`],
       [`@inboxed/amqp batch (size ${BATCH_SIZE}, prefetch ${4 * BATCH_SIZE})`, MESSAGES, `${rate(best)} [${all(batches)}]`, `${Math.round((100 * best) / raw)}% (target >= 50%)`],
+      ['@inboxed/amqp batch, no-op processor (adapter cost only)', MESSAGES, rate(adapterOnly), `${Math.round((100 * adapterOnly) / raw)}%`],
     ]);
   } finally {
     const cleanup = await connection.createChannel();
