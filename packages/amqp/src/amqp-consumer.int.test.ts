@@ -1,7 +1,9 @@
 import { DeadLetterHeaders, PermanentError } from '@inboxed/core';
 import { waitFor } from '@inboxed/test-support';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import amqp from 'amqplib';
 import { createAmqpFixture, type AmqpFixture } from '../test/amqp-fixture.js';
+import { amqpUrl } from '../test/amqp-test-broker.js';
 import { retryQueueName } from './amqp-topology.js';
 
 describe('createAmqpConsumer against RabbitMQ and PostgreSQL', () => {
@@ -173,6 +175,30 @@ describe('createAmqpConsumer against RabbitMQ and PostgreSQL', () => {
     await f.recorder.waitFor('order-8', { status: 'duplicate' });
     await consumer.stop();
     expect(await f.t.countEffects('order-8')).toBe(1);
+  });
+
+  it('runs on a connection the caller owns and leaves it open after stop()', async () => {
+    const connection = await amqp.connect(amqpUrl());
+    try {
+      const consumer = f.consume({ handler: f.processor(), url: undefined, connection });
+      await consumer.start();
+      await f.broker.publish(f.queue, { orderId: 9 }, { messageId: 'order-9' });
+      await f.recorder.waitFor('order-9', { status: 'processed' });
+      await consumer.stop();
+      // Still usable: the consumer closed only its own channels.
+      const channel = await connection.createChannel();
+      expect((await channel.checkQueue(f.queue)).messageCount).toBe(0);
+      await channel.close();
+      expect(await f.t.countEffects('order-9')).toBe(1);
+    } finally {
+      await connection.close();
+    }
+  });
+
+  it('rejects invalid options at construction', () => {
+    expect(() => f.consume({ handler: f.processor(), connection: {} as never })).toThrow(/exactly one of options.url and options.connection/);
+    expect(() => f.consume({ handler: (async () => ({})) as never })).toThrow(/withInbox\(\) or withInboxBatch\(\)/);
+    expect(() => f.consume({ handler: f.processor(), prefetch: 0 })).toThrow(/prefetch/);
   });
 
   it('start() fails fast with AMQP_CONNECT_FAILED when the work queue does not exist', async () => {

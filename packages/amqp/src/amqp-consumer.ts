@@ -237,6 +237,11 @@ export function createAmqpConsumer(options: AmqpConsumerOptions): AmqpConsumer {
           if (stopping) return;
           try {
             session = await openSession();
+            if (stopping) {
+              // stop() ran while this attempt was connecting and did not see this session: close it here.
+              await closeSession(session);
+              return;
+            }
             current = session;
             status = 'running';
             events.emit('reconnect', { attempt, delayMs });
