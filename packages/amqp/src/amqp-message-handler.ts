@@ -175,7 +175,7 @@ export function createAmqpMessageHandler(channel: Channel, processor: AnyInboxPr
   /** Acts on a final outcome: publish the retry / dead-letter copy if any, then ack; requeue when that fails. */
   async function settle(pending: Pending, outcome: InboxOutcome): Promise<void> {
     const { delivery, id } = pending;
-    await options.beforeAck?.(outcome, delivery);
+    if (options.beforeAck !== undefined) await options.beforeAck(outcome, delivery);
     if (actionFor(outcome.status) !== 'ack') {
       try {
         await publishCopy(delivery, outcome, id);
@@ -248,7 +248,8 @@ export function createAmqpMessageHandler(channel: Channel, processor: AnyInboxPr
       options.onCancelled?.();
       return;
     }
-    const entry: Pending = { delivery, id: extractMessageId(delivery, options.messageId), mapped: toInboxMessage(delivery, context) };
+    const id = extractMessageId(delivery, options.messageId);
+    const entry: Pending = { delivery, id, mapped: toInboxMessage(delivery, context, id) };
     if (processor.kind === 'single') {
       void track(processOne(entry));
       return;

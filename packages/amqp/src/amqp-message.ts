@@ -51,8 +51,8 @@ export function attemptOf(message: Message): number {
 export function toInboxMessage(
   message: ConsumeMessage,
   context: { queue: string; consumer: string; payload: PayloadMode; messageId?: MessageIdExtractor },
+  id: string | undefined = extractMessageId(message, context.messageId),
 ): { message: InboxMessage } | { outcome: InboxOutcome } {
-  const id = extractMessageId(message, context.messageId);
   const attempt = attemptOf(message);
   const decoded = decodePayload(message.content, context.payload, message.properties.contentType as string | undefined);
   if (!decoded.ok) {
