@@ -108,4 +108,24 @@ describe('RabbitMQ faults: crashes, server-side disconnects, stop under load', (
     expect([...perMessage.values()].every((n) => n === 1)).toBe(true);
     expect(f.recorder.counts()).toEqual({ processed: total });
   });
+
+  it('the broker cancels the consumer (queue deleted): it re-subscribes once the queue is back', async () => {
+    const consumer = f.consume({ handler: f.processor(), reconnect: { baseDelayMs: 100, maxDelayMs: 300 } });
+    const codes: string[] = [];
+    consumer.on('error', (e) => codes.push(String(e.code)));
+    let reconnected = false;
+    consumer.on('reconnect', () => (reconnected = true));
+    await consumer.start();
+    await f.broker.publish(f.queue, { n: 1 }, { messageId: 'before' });
+    await f.recorder.waitFor('before', { status: 'processed' });
+    await f.broker.channel.deleteQueue(f.queue);
+    await waitFor('the cancel to be noticed', () => codes.includes('AMQP_CONSUMER_CANCELLED'), 20_000);
+    await f.broker.declareQueue(f.queue);
+    await waitFor('a reconnect', () => reconnected, 20_000);
+    await f.broker.publish(f.queue, { n: 2 }, { messageId: 'after' });
+    await f.recorder.waitFor('after', { status: 'processed', timeoutMs: 20_000 });
+    await consumer.stop();
+    expect(await f.t.countEffects()).toBe(2);
+    expect(consumer.status).toBe('stopped');
+  });
 });
