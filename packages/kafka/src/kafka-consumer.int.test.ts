@@ -4,7 +4,7 @@ import { createTestDatabase, uniqueName, waitFor, type TestDatabase } from '@inb
 import type { Kafka } from 'kafkajs';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { brokerOptions, committedOffsets, createTopic, produce, readTopic, testKafka } from '../test/kafka-test-kit.js';
-import { createKafkaConsumer, type KafkaConsumerOptions, type KafkaInboxConsumer } from './index.js';
+import { createEachBatchHandler, createKafkaConsumer, type KafkaConsumerOptions, type KafkaInboxConsumer } from './index.js';
 
 describe('createKafkaConsumer against a Kafka-protocol broker', () => {
   let t: TestDatabase;
@@ -159,5 +159,43 @@ describe('createKafkaConsumer against a Kafka-protocol broker', () => {
       expect(await committedOffsets(kafka, groupId, topic)).toEqual({ 0: 2 });
       expect(await applied()).toEqual(['pay-0', 'pay-1', 'pay-2']);
     });
+  });
+
+  it('low-level eachBatch handler on your own consumer.run: one effect per id, DLQ for poison, offsets to the end', async () => {
+    await createTopic(kafka, topic, 1);
+    const recorder = createOutcomeRecorder();
+    const processor = recorder.wrap(
+      withInboxBatch(async (messages: InboxMessage[], tx: any) => {
+        await tx.insert(t.effects).values(messages.map((m) => ({ messageId: m.id })));
+      }, { db: t.db, consumer: 'billing', tables: { schema: t.schema } }),
+    );
+    await produce(kafka, topic, [
+      { id: 'pay-1', value: { n: 1 } },
+      { id: 'pay-2', value: '{broken' },
+      { id: 'pay-1', value: { n: 1 } },
+      { id: 'pay-3', value: { n: 3 } },
+    ]);
+    const { consumerConfig, idempotentDeadLetters } = brokerOptions();
+    const consumer = kafka.consumer({ groupId, ...consumerConfig });
+    const producer = kafka.producer({ idempotent: idempotentDeadLetters, maxInFlightRequests: 1 });
+    await producer.connect();
+    await consumer.connect();
+    await consumer.subscribe({ topics: [topic], fromBeginning: true });
+    const eachBatch = createEachBatchHandler(processor, { consumer, producer, groupId });
+    const dead: string[] = [];
+    eachBatch.on('dead_letter', (outcome, destination) => dead.push(`${outcome.messageId}:${destination}`));
+    try {
+      await consumer.run({ autoCommit: false, eachBatchAutoResolve: false, eachBatch });
+      await recorder.waitFor('pay-3', { status: 'processed' });
+      await waitFor('offset 4 committed', async () => (await committedOffsets(kafka, groupId, topic))[0] === 4);
+      expect(dead).toEqual([`pay-2:${topic}.dlq`]);
+      expect(await t.countEffects()).toBe(2);
+      expect(recorder.outcomes.map((o) => `${o.messageId}:${o.status}`)).toEqual(['pay-1:processed', 'pay-1:duplicate', 'pay-3:processed']);
+    } finally {
+      expect(await eachBatch.drain()).toBe(0);
+      await consumer.disconnect();
+      eachBatch.close();
+      await producer.disconnect();
+    }
   });
 });
