@@ -1,4 +1,4 @@
-import { migrate, PermanentError, withInbox, type InboxMessage } from '@inboxed/core';
+import { migrate, PermanentError, withInbox, withInboxBatch, type InboxMessage } from '@inboxed/core';
 import { createOutcomeRecorder } from '@inboxed/core/testing';
 import { createTestDatabase, uniqueName, waitFor, type TestDatabase } from '@inboxed/test-support';
 import type { Kafka } from 'kafkajs';
@@ -77,6 +77,37 @@ describe('retries and dead-letters', () => {
         return committed[0] === 3 && committed[1] === 5;
       });
     });
+  });
+
+  it('batch processor: a failing record stops the offset and holds later chunks of its partition until it succeeds', async () => {
+    await createTopic(kafka, topic, 1);
+    const ids = Array.from({ length: 10 }, (_, i) => `r-${i}`);
+    await produce(kafka, topic, ids.map((id) => ({ id, value: { id } })));
+    let failures = 0;
+    const recorder = createOutcomeRecorder();
+    const processor = recorder.wrap(
+      withInboxBatch(
+        async (messages: InboxMessage[], tx: any) => {
+          // r-4 fails until it has failed twice on its own (core bisects a failing batch down to it).
+          if (messages.some((m) => m.id === 'r-4') && failures < 2) {
+            if (messages.length === 1) failures++;
+            throw new Error('r-4 cannot be booked yet');
+          }
+          await tx.insert(t.effects).values(messages.map((m) => ({ messageId: m.id })));
+        },
+        { db: t.db, consumer: 'billing', tables: { schema: t.schema }, backoff: { baseDelayMs: 20, maxDelayMs: 100 } },
+      ),
+    );
+    await start({ handler: processor, batchSize: 3 });
+    await recorder.waitFor('r-9', { status: 'processed', timeoutMs: 30_000 });
+    await waitFor('offset 10 committed', async () => (await committedOffsets(kafka, groupId, topic))[0] === 10);
+    const order = await appliedOrder();
+    expect([...order].sort()).toEqual([...ids].sort());
+    // Later chunks (r-6 onwards) were applied only after the held record.
+    for (const later of ids.slice(6)) expect(order.indexOf(later)).toBeGreaterThan(order.indexOf('r-4'));
+    const r4 = recorder.outcomes.filter((o) => o.messageId === 'r-4').map((o) => o.status);
+    expect(r4[0]).toBe('retry');
+    expect(r4.at(-1)).toBe('processed');
   });
 
   it('a permanent failure goes to the dead-letter topic with its headers, and the offset moves past it', async () => {
