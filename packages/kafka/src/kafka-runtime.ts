@@ -67,6 +67,8 @@ interface Hold {
   offset: bigint;
   attempts: number;
   timer: NodeJS.Timeout | undefined;
+  /** Seeks re-issued because a fetch came back past the held offset. */
+  reseeks: number;
 }
 
 interface Slot {
@@ -220,6 +222,13 @@ export class KafkaRuntime {
         return;
       }
       while (start < records.length && BigInt(records[start]!.offset) < held.offset) start++;
+      if (start < records.length && BigInt(records[start]!.offset) > held.offset && held.reseeks < 3) {
+        // The fetch skipped past the held record (a seek lost to a concurrent fetch): go back
+        // rather than apply later records first. Bounded, in case retention deleted the record.
+        held.reseeks++;
+        this.deps.consumer.seek({ topic, partition, offset: held.offset.toString() });
+        return;
+      }
     }
     const step = batch === undefined ? records.length : this.batchSize;
     for (let from = start; from < records.length; from += step) {
@@ -386,7 +395,7 @@ export class KafkaRuntime {
     clearTimeout(previous?.timer);
     const delay = retryAfterMs ?? backoffDelay(attempts, this.options.retryBackoff ?? DEFAULT_RETRY_BACKOFF);
     const { consumer } = this.deps;
-    const hold: Hold = { offset, attempts, timer: undefined };
+    const hold: Hold = { offset, attempts, timer: undefined, reseeks: 0 };
     this.holds.set(holdKey, hold);
     consumer.pause([{ topic, partitions: [partition] }]);
     consumer.seek({ topic, partition, offset: offset.toString() });
