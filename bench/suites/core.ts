@@ -1,15 +1,16 @@
 /**
  * Core benchmark on real PostgreSQL: the same handler (one domain insert) as a bare transaction
  * and under withInbox, at concurrency 1 and 8, then withInboxBatch with a set-based handler.
- * Runs alternate bare/inbox rounds and keep each side's best round, so a noisy neighbour hurts
- * both sides alike instead of skewing the ratio.
+ * Each round measures bare and inbox back to back (alternating which goes first) and yields one
+ * ratio; the reported figures are medians over the rounds, so a noisy neighbour on a shared
+ * machine hurts both sides of a pair alike instead of skewing the ratio.
  */
 import { migrate, withInbox, withInboxBatch, type InboxMessage } from '@inboxed/core';
 import { sql } from 'drizzle-orm';
 import { drizzle } from 'drizzle-orm/node-postgres';
 import { bigserial, jsonb, pgSchema, text } from 'drizzle-orm/pg-core';
 import pg from 'pg';
-import { benchDatabaseUrl, measure, printTable, rate, type RunStats } from '../bench-kit.js';
+import { benchDatabaseUrl, measure, percentile, printTable, rate, type RunStats } from '../bench-kit.js';
 
 const SCHEMA = `bench_core_${process.pid}`;
 const effects = pgSchema(SCHEMA).table('effects', {
@@ -18,8 +19,8 @@ const effects = pgSchema(SCHEMA).table('effects', {
   payload: jsonb('payload'),
 });
 
-const ROUNDS = 3;
-const PER_ROUND = { 1: 1_500, 8: 4_000 } as const;
+const ROUNDS = 7;
+const PER_ROUND = { 1: 800, 8: 2_000 } as const;
 const BATCH_SIZE = 100;
 const BATCH_MESSAGES = 40_000;
 
@@ -29,6 +30,7 @@ export default async function run(): Promise<void> {
   await pool.query(`create schema "${SCHEMA}"`);
   await pool.query(`create table "${SCHEMA}".effects (id bigserial primary key, message_id text not null, payload jsonb)`);
   await migrate(db, { schema: SCHEMA });
+
   let seq = 0;
   const message = (): InboxMessage<{ amount: number; currency: string }> => ({ id: `m-${++seq}`, payload: { amount: seq, currency: 'EUR' } });
 
@@ -47,20 +49,27 @@ export default async function run(): Promise<void> {
     const rows: (string | number)[][] = [];
     const ratios: string[] = [];
     for (const concurrency of [1, 8] as const) {
-      let bestBare: RunStats | undefined;
-      let bestInbox: RunStats | undefined;
+      const bares: RunStats[] = [];
+      const inboxes: RunStats[] = [];
+      const pairRatios: number[] = [];
+      const runBare = () => measure(PER_ROUND[concurrency], concurrency, () => bare(message()));
+      const runInbox = () => measure(PER_ROUND[concurrency], concurrency, async () => {
+        const outcome = await inbox(message());
+        if (outcome.status !== 'processed') throw new Error(`unexpected ${outcome.status}`, { cause: outcome.error });
+      });
       for (let round = 0; round < ROUNDS; round++) {
-        const b = await measure(PER_ROUND[concurrency], concurrency, () => bare(message()));
-        const i = await measure(PER_ROUND[concurrency], concurrency, async () => {
-          const outcome = await inbox(message());
-          if (outcome.status !== 'processed') throw new Error(`unexpected ${outcome.status}`, { cause: outcome.error });
-        });
-        if (!bestBare || b.perSecond > bestBare.perSecond) bestBare = b;
-        if (!bestInbox || i.perSecond > bestInbox.perSecond) bestInbox = i;
+        const [b, i] = round % 2 === 0 ? [await runBare(), await runInbox()] : ([await runInbox(), await runBare()].reverse() as [RunStats, RunStats]);
+        bares.push(b);
+        inboxes.push(i);
+        pairRatios.push(i.perSecond / b.perSecond);
       }
-      const ratio = bestInbox!.perSecond / bestBare!.perSecond;
-      rows.push([`bare transaction`, concurrency, rate(bestBare!.perSecond), bestBare!.p50Ms.toFixed(2), bestBare!.p99Ms.toFixed(2), '']);
-      rows.push([`withInbox`, concurrency, rate(bestInbox!.perSecond), bestInbox!.p50Ms.toFixed(2), bestInbox!.p99Ms.toFixed(2), ratio.toFixed(2)]);
+      const median = (runs: RunStats[]) => [...runs].sort((x, y) => x.perSecond - y.perSecond)[Math.floor(runs.length / 2)]!;
+      const medianBare = median(bares);
+      const medianInbox = median(inboxes);
+      const ratio = percentile(pairRatios, 0.5);
+      rows.push([`bare transaction`, concurrency, rate(medianBare.perSecond), medianBare.p50Ms.toFixed(2), medianBare.p99Ms.toFixed(2), '']);
+      rows.push([`withInbox`, concurrency, rate(medianInbox.perSecond), medianInbox.p50Ms.toFixed(2), medianInbox.p99Ms.toFixed(2), ratio.toFixed(2)]);
+      console.log(`  c${concurrency} paired ratios: ${[...pairRatios].map((r) => r.toFixed(2)).join(' ')}`);
       ratios.push(`c${concurrency}=${ratio.toFixed(2)}`);
     }
 
@@ -76,7 +85,7 @@ export default async function run(): Promise<void> {
     rows.push([`withInboxBatch (${BATCH_SIZE}/tx, 4 workers)`, 4, rate(batchRate), batchStats.p50Ms.toFixed(2), batchStats.p99Ms.toFixed(2), '']);
 
     printTable(
-      `core: PostgreSQL ${new URL(benchDatabaseUrl()).host}, best of ${ROUNDS} alternating rounds (p50/p99 per message; per batch for batch rows)`,
+      `core: PostgreSQL ${new URL(benchDatabaseUrl()).host}, medians of ${ROUNDS} paired rounds (p50/p99 per message; per batch for batch rows)`,
       ['mode', 'conc', 'throughput', 'p50 ms', 'p99 ms', 'ratio'],
       rows,
     );

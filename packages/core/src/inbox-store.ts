@@ -91,14 +91,25 @@ export class InboxStore {
    * the same round trip as BEGIN (node-postgres' simple query protocol accepts several statements
    * but no parameters). `quote` must be the driver's own literal escaping.
    */
-  claimText(rows: readonly ClaimRow[], quote: (value: string) => string): string {
+  claimText(rows: readonly ClaimRow[], quote: (value: string) => string, lockTimeoutMs: number | null): string {
     const literal = (value: string | null | undefined) => (value === null || value === undefined ? 'NULL' : quote(value));
+    // Same trick as the parameterised claim: set_config inside the statement bounds the wait on a
+    // concurrent copy without a SET statement of its own.
+    const consumer = lockTimeoutMs === null
+      ? literal(this.consumer)
+      : `(case when set_config('lock_timeout', '${lockTimeoutMs}', true) is null then null else ${literal(this.consumer)} end)`;
+    const insert = `insert into ${this.inboxNameText} (consumer, message_id, fingerprint, status, source, received_at)`;
+    const conflict = 'on conflict do nothing returning message_id';
+    if (rows.length === 1) {
+      const [row] = rows as [ClaimRow];
+      const receivedAt = row.receivedAt === undefined ? 'now()' : `${literal(row.receivedAt.toISOString())}::timestamptz`;
+      return `${insert} values (${consumer}, ${literal(row.messageId)}, ${literal(row.fingerprint)}, 'processed', ${literal(row.source)}, ${receivedAt}) ${conflict}`;
+    }
     const array = (values: (string | null | undefined)[]) => `ARRAY[${values.map(literal).join(',')}]::text[]`;
-    return `insert into ${this.inboxNameText} (consumer, message_id, fingerprint, status, source, received_at)
-      select ${literal(this.consumer)}, m.id, m.fp, 'processed', m.src, coalesce(m.at::timestamptz, now())
+    return `${insert} select ${consumer}, m.id, m.fp, 'processed', m.src, coalesce(m.at::timestamptz, now())
       from unnest(${array(rows.map((r) => r.messageId))}, ${array(rows.map((r) => r.fingerprint))},
                   ${array(rows.map((r) => r.source))}, ${array(rows.map((r) => r.receivedAt?.toISOString()))}) as m(id, fp, src, at)
-      on conflict do nothing returning message_id`;
+      ${conflict}`;
   }
 
   /** Reads the committed rows of ids that could not be claimed. */

@@ -65,10 +65,9 @@ async function nodePostgresClaim<TDb extends AnyPgDatabase, T>(
   let failure: unknown;
   try {
     const begin = options.isolationLevel === undefined ? 'begin' : `begin isolation level ${options.isolationLevel}`;
-    const lock = options.lockTimeoutMs === null ? '' : `set local lock_timeout = '${options.lockTimeoutMs}ms'; `;
     let claimed: Set<string>;
     try {
-      const result = await client.query(`${begin}; ${lock}${store.claimText(rows, (v) => client.escapeLiteral(v))}`);
+      const result = await client.query(`${begin}; ${store.claimText(rows, (v) => client.escapeLiteral(v), options.lockTimeoutMs)}`);
       claimed = new Set(lastRows<{ message_id: string }>(result).map((r) => r.message_id));
     } catch (error) {
       await client.query('rollback').catch(() => {});
