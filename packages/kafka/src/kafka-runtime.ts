@@ -251,7 +251,8 @@ export class KafkaRuntime {
     batch: { resolveOffset(offset: string): void; heartbeat(): Promise<void> } | undefined,
   ): Promise<bigint | undefined> {
     const slots: Slot[] = records.map((record) => ({ record, mapped: toInboxMessage(record, { topic, partition }, this.mapping) }));
-    const outcomes = await this.outcomesOf(slots, batch);
+    const interrupted: { error?: unknown } = {};
+    const outcomes = await this.outcomesOf(slots, batch, interrupted);
 
     // The final prefix: everything before the first `retry` (or before the first record whose
     // outcome is missing because processing stopped there).
@@ -275,6 +276,9 @@ export class KafkaRuntime {
       await this.commit(topic, partition, last.offset, epoch, outcomes.slice(0, prefix) as InboxOutcome[]);
       batch?.resolveOffset(last.offset);
     }
+    // A heartbeat that failed mid-chunk (rebalance): the final prefix is committed above, now let
+    // kafkajs rejoin; the rest of the chunk is replayed by whoever owns the partition next.
+    if (interrupted.error !== undefined) throw interrupted.error;
     if (prefix === slots.length) return undefined;
 
     const failing = slots[prefix]!.record;
@@ -289,7 +293,7 @@ export class KafkaRuntime {
    * dead-lettered by the adapter itself. With a per-message processor, processing stops at the
    * first `retry`: later records of the partition must not take effect before it.
    */
-  private async outcomesOf(slots: Slot[], batch: { heartbeat(): Promise<void> } | undefined): Promise<(InboxOutcome | undefined)[]> {
+  private async outcomesOf(slots: Slot[], batch: { heartbeat(): Promise<void> } | undefined, interrupted: { error?: unknown }): Promise<(InboxOutcome | undefined)[]> {
     const { processor } = this.deps;
     const outcomes: (InboxOutcome | undefined)[] = new Array(slots.length).fill(undefined);
     const undecodable = (slot: Slot & { mapped: { ok: false } }) =>
@@ -320,7 +324,14 @@ export class KafkaRuntime {
       const [outcome] = await this.guard(async () => [await processor(message)], [message]);
       outcomes[i] = outcome;
       if (outcome!.status === 'retry' || this.stopping) break;
-      if (batch !== undefined && i < slots.length - 1) await batch.heartbeat();
+      if (batch !== undefined && i < slots.length - 1) {
+        try {
+          await batch.heartbeat();
+        } catch (error) {
+          interrupted.error = error;
+          break;
+        }
+      }
     }
     return outcomes;
   }
