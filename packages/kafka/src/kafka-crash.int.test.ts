@@ -136,4 +136,47 @@ describe('crashes and rebalances', () => {
     // The broker refused the stale commit (or the adapter skipped it after seeing the rebalance).
     expect(staleErrors.filter((code) => code !== 'KAFKA_COMMIT_FAILED' && code !== 'KAFKA_CONSUMER_CRASHED')).toEqual([]);
   });
+
+  it('a member that keeps heartbeating through other partitions never commits a revoked partition over its new owner', async () => {
+    await createTopic(kafka, topic, 2);
+    await produce(kafka, topic, Array.from({ length: 20 }, (_, i) => ({ id: `pay-${i}`, value: { n: i }, partition: i % 2 })));
+    const handler = async (message: InboxMessage, tx: any) => void (await tx.insert(t.effects).values({ messageId: message.id }));
+    const options = { db: t.db, consumer: 'billing', tables: { schema: t.schema } };
+
+    // The first member stalls before committing partition 0's first record while partition 1
+    // keeps it busy (and heartbeating) on a second worker.
+    let release: () => void = () => {};
+    const released = new Promise<void>((resolve) => (release = resolve));
+    let stalled: () => void = () => {};
+    const isStalled = new Promise<void>((resolve) => (stalled = resolve));
+    const firstErrors: string[] = [];
+    const first = createKafkaConsumer({
+      kafka, groupId, topics: [topic], handler: withInbox(handler, options), ...brokerOptions(), partitionsConsumedConcurrently: 2,
+      beforeCommit: async ({ partition, offset }) => {
+        if (partition !== 0 || offset !== '0') return;
+        stalled();
+        await released;
+      },
+    });
+    first.on('error', (error) => firstErrors.push(String(error.code)));
+    running.push(first);
+    await first.start();
+    await isStalled;
+
+    const recorder = createOutcomeRecorder();
+    const second = createKafkaConsumer({ kafka, groupId, topics: [topic], handler: recorder.wrap(withInbox(handler, options)), ...brokerOptions() });
+    running.push(second);
+    await second.start();
+    // Whoever owns partition 0 now replays pay-0 as a duplicate and commits it to the end.
+    await waitFor('every record applied', async () => (await t.countEffects()) === 20, 40_000);
+    await waitFor('partition 0 committed to the end', async () => (await committedOffsets(kafka, groupId, topic))[0] === 10, 40_000);
+
+    await second.stop();
+    release();
+    await first.stop();
+    const committed = await committedOffsets(kafka, groupId, topic);
+    expect(committed[0]).toBe(10);
+    expect(await duplicatedEffects()).toEqual([]);
+    expect(firstErrors.filter((code) => code !== 'KAFKA_COMMIT_FAILED' && code !== 'KAFKA_CONSUMER_CRASHED')).toEqual([]);
+  });
 });
