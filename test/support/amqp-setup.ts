@@ -2,6 +2,7 @@ import { execFile } from 'node:child_process';
 import { createRequire } from 'node:module';
 import net from 'node:net';
 import type { TestProject } from 'vitest/node';
+import { dockerAvailable } from './docker.js';
 
 declare module 'vitest' {
   export interface ProvidedContext {
@@ -43,16 +44,6 @@ async function startLocalRabbit(url: string): Promise<boolean> {
     await new Promise((r) => setTimeout(r, 1000));
   }
   return false;
-}
-
-async function dockerAvailable(): Promise<boolean> {
-  try {
-    const { getContainerRuntimeClient } = await import('testcontainers');
-    await getContainerRuntimeClient();
-    return true;
-  } catch {
-    return false;
-  }
 }
 
 /**

@@ -2,6 +2,7 @@ import { createServer, type Server } from 'node:http';
 import { createRequire } from 'node:module';
 import type { TestProject } from 'vitest/node';
 import { startKafkaMock } from './kafka-mock.js';
+import { dockerAvailable } from './docker.js';
 
 declare module 'vitest' {
   export interface ProvidedContext {
@@ -12,16 +13,6 @@ declare module 'vitest' {
      * (then tests create topics with the admin API). See `createKafkaTopic`.
      */
     kafkaMockControl: string;
-  }
-}
-
-async function dockerAvailable(): Promise<boolean> {
-  try {
-    const { getContainerRuntimeClient } = await import('testcontainers');
-    await getContainerRuntimeClient();
-    return true;
-  } catch {
-    return false;
   }
 }
 

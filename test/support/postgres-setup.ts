@@ -1,5 +1,6 @@
 import pg from 'pg';
 import type { TestProject } from 'vitest/node';
+import { dockerAvailable } from './docker.js';
 
 const DEFAULT_DATABASE_URL = 'postgres://postgres@127.0.0.1:5432/test';
 
@@ -13,16 +14,6 @@ async function reachable(url: string): Promise<unknown> {
     return error;
   } finally {
     await client.end().catch(() => undefined);
-  }
-}
-
-async function dockerAvailable(): Promise<boolean> {
-  try {
-    const { getContainerRuntimeClient } = await import('testcontainers');
-    await getContainerRuntimeClient();
-    return true;
-  } catch {
-    return false;
   }
 }
 

@@ -2,6 +2,7 @@ import { existsSync, readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import type { TestProject } from 'vitest/node';
+import { dockerAvailable } from './docker.js';
 
 declare module 'vitest' {
   export interface ProvidedContext {
@@ -34,16 +35,6 @@ interface FauxqsModule {
 }
 interface LocalstackModule {
   LocalstackContainer: new (image: string) => { start(): Promise<{ getConnectionUri(): string; stop(): Promise<unknown> }> };
-}
-
-async function dockerAvailable(): Promise<boolean> {
-  try {
-    const { getContainerRuntimeClient } = await import('testcontainers');
-    await getContainerRuntimeClient();
-    return true;
-  } catch {
-    return false;
-  }
 }
 
 async function reachable(endpoint: string): Promise<boolean> {
