@@ -73,8 +73,10 @@ export default async function run(): Promise<void> {
       ratios.push(`c${concurrency}=${ratio.toFixed(2)}`);
     }
 
+    // Set-based: one INSERT ... SELECT FROM unnest(arrays) for the whole batch.
     const batch = withInboxBatch<typeof db, { amount: number; currency: string }>(async (messages, tx) => {
-      await tx.insert(effects).values(messages.map((m) => ({ messageId: m.id, payload: m.payload })));
+      await tx.execute(sql`insert into ${effects} (message_id, payload)
+        select * from unnest(${sql.param(messages.map((m) => m.id))}::text[], ${sql.param(messages.map((m) => JSON.stringify(m.payload)))}::jsonb[])`);
     }, { db, consumer: 'bench-batch', tables: { schema: SCHEMA } });
     const batches = BATCH_MESSAGES / BATCH_SIZE;
     const batchStats = await measure(batches, 4, async () => {

@@ -190,6 +190,8 @@ export function createAmqpConsumer(options: AmqpConsumerOptions): AmqpConsumer {
         events,
         inFlight,
         beforeAck: options.beforeAck,
+        // This consumer owns its channel, so batch mode can ack runs of deliveries with one frame.
+        coalesceAcks: processor.kind === 'batch',
         // Re-subscribing is what a reconnect does: treat a broker-side cancel like a lost channel.
         onCancelled: () => markLost(toAmqpError(AmqpErrorCodes.CONSUMER_CANCELLED, 'consumer cancelled by the broker')),
       });

@@ -1,3 +1,4 @@
+import { coalescedAcks, individualAcks } from './amqp-acks.js';
 import {
   actionFor,
   ConsumerEventEmitter,
@@ -56,6 +57,11 @@ export interface AmqpMessageHandlerOptions {
   inFlight?: InFlight;
   /** @internal called when the broker cancels the consumer (`null` delivery). */
   onCancelled?: () => void;
+  /**
+   * @internal Coalesce acks into `multiple` acks. Only for a channel this handler consumes alone
+   * (`createAmqpConsumer` in batch mode); a user's own channel may carry other consumers.
+   */
+  coalesceAcks?: boolean;
   /** @internal test hook: runs after the outcome is final (committed) and before the ack. */
   beforeAck?: (outcome: InboxOutcome, delivery: ConsumeMessage) => void | Promise<void>;
 }
@@ -132,6 +138,7 @@ export function createAmqpMessageHandler(channel: Channel, processor: AnyInboxPr
   const events = options.events ?? new ConsumerEventEmitter();
   const inFlight = options.inFlight ?? new InFlight();
   const destination = deadLetterDestination(topology);
+  const acks = options.coalesceAcks === true ? coalescedAcks(channel) : individualAcks(channel);
   const requeueDelayMs = options.requeueDelayMs ?? 1000;
   const batchSize = options.batch?.size ?? 100;
   const batchWaitMs = options.batch?.waitMs ?? 50;
@@ -141,8 +148,8 @@ export function createAmqpMessageHandler(channel: Channel, processor: AnyInboxPr
   /** Acks or nacks, reporting (never throwing) when the channel is gone: the broker then redelivers. */
   function settleOnChannel(delivery: ConsumeMessage, ack: boolean, messageId: string): void {
     try {
-      if (ack) channel.ack(delivery);
-      else channel.nack(delivery, false, true);
+      if (ack) acks.ack(delivery);
+      else acks.requeue(delivery);
     } catch (error) {
       events.emit('error', toAmqpError(AmqpErrorCodes.ACK_FAILED, `${ack ? 'ack' : 'nack'} failed; the broker will redeliver`, error, { messageIds: [messageId] }));
     }
@@ -248,6 +255,7 @@ export function createAmqpMessageHandler(channel: Channel, processor: AnyInboxPr
       options.onCancelled?.();
       return;
     }
+    acks.received(delivery);
     const id = extractMessageId(delivery, options.messageId);
     const entry: Pending = { delivery, id, mapped: toInboxMessage(delivery, context, id) };
     if (processor.kind === 'single') {

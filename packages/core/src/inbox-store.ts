@@ -93,6 +93,9 @@ export class InboxStore {
    */
   claimText(rows: readonly ClaimRow[], quote: (value: string) => string, lockTimeoutMs: number | null): string {
     const literal = (value: string | null | undefined) => (value === null || value === undefined ? 'NULL' : quote(value));
+    // Fingerprints (hex) and timestamps (ISO 8601) are produced here and hold no quote or
+    // backslash, so they skip the per-character escaping that ids and sources need.
+    const trusted = (value: string | null | undefined) => (value === null || value === undefined ? 'NULL' : `'${value}'`);
     // Same trick as the parameterised claim: set_config inside the statement bounds the wait on a
     // concurrent copy without a SET statement of its own.
     const consumer = lockTimeoutMs === null
@@ -102,13 +105,13 @@ export class InboxStore {
     const conflict = 'on conflict do nothing returning message_id';
     if (rows.length === 1) {
       const [row] = rows as [ClaimRow];
-      const receivedAt = row.receivedAt === undefined ? 'now()' : `${literal(row.receivedAt.toISOString())}::timestamptz`;
-      return `${insert} values (${consumer}, ${literal(row.messageId)}, ${literal(row.fingerprint)}, 'processed', ${literal(row.source)}, ${receivedAt}) ${conflict}`;
+      const receivedAt = row.receivedAt === undefined ? 'now()' : `${trusted(row.receivedAt.toISOString())}::timestamptz`;
+      return `${insert} values (${consumer}, ${literal(row.messageId)}, ${trusted(row.fingerprint)}, 'processed', ${literal(row.source)}, ${receivedAt}) ${conflict}`;
     }
-    const array = (values: (string | null | undefined)[]) => `ARRAY[${values.map(literal).join(',')}]::text[]`;
+    const array = (values: (string | null | undefined)[], quoteOne: typeof literal) => `ARRAY[${values.map(quoteOne).join(',')}]::text[]`;
     return `${insert} select ${consumer}, m.id, m.fp, 'processed', m.src, coalesce(m.at::timestamptz, now())
-      from unnest(${array(rows.map((r) => r.messageId))}, ${array(rows.map((r) => r.fingerprint))},
-                  ${array(rows.map((r) => r.source))}, ${array(rows.map((r) => r.receivedAt?.toISOString()))}) as m(id, fp, src, at)
+      from unnest(${array(rows.map((r) => r.messageId), literal)}, ${array(rows.map((r) => r.fingerprint), trusted)},
+                  ${array(rows.map((r) => r.source), literal)}, ${array(rows.map((r) => r.receivedAt?.toISOString()), trusted)}) as m(id, fp, src, at)
       ${conflict}`;
   }
 
