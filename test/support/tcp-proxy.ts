@@ -6,7 +6,9 @@ export interface TcpProxy {
   port: number;
   /** Destroys every open connection and refuses new ones until {@link TcpProxy.restore}. */
   cut(): void;
-  /** Accepts connections again. */
+  /** Stops forwarding bytes on open connections without closing them: a hung network. */
+  freeze(): void;
+  /** Accepts connections again (and forwards again after a freeze). */
   restore(): void;
   close(): Promise<void>;
 }
@@ -15,6 +17,7 @@ export interface TcpProxy {
 export async function startTcpProxy(targetHost: string, targetPort: number): Promise<TcpProxy> {
   const sockets = new Set<net.Socket>();
   let open = true;
+  let frozen = false;
   const server = net.createServer((client) => {
     if (!open) {
       client.destroy();
@@ -30,7 +33,9 @@ export async function startTcpProxy(targetHost: string, targetPort: number): Pro
     };
     client.on('error', drop).on('close', drop);
     upstream.on('error', drop).on('close', drop);
-    client.pipe(upstream).pipe(client);
+    // Forward by hand rather than pipe(), so a freeze can hold bytes back.
+    client.on('data', (chunk: Buffer) => void (frozen || upstream.write(chunk)));
+    upstream.on('data', (chunk: Buffer) => void (frozen || client.write(chunk)));
   });
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   const port = (server.address() as net.AddressInfo).port;
@@ -41,8 +46,12 @@ export async function startTcpProxy(targetHost: string, targetPort: number): Pro
       for (const socket of sockets) socket.destroy();
       sockets.clear();
     },
+    freeze() {
+      frozen = true;
+    },
     restore() {
       open = true;
+      frozen = false;
     },
     close() {
       proxy.cut();

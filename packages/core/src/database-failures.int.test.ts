@@ -172,3 +172,44 @@ describe('inbox tables not migrated', () => {
     expect(handler).not.toHaveBeenCalled();
   });
 });
+
+describe('a connection that dies while BEGIN is in flight', () => {
+  let t: TestDatabase;
+  beforeEach(async () => {
+    t = await createTestDatabase('node-postgres');
+    await migrate(t.db, { schema: t.schema });
+  });
+  afterEach(async () => {
+    await t.close();
+  });
+
+  it('returns its client to the pool, so a pool of one keeps working afterwards', async () => {
+    // Regression: Drizzle's pool transaction sends BEGIN outside its try/finally, so a BEGIN that
+    // fails leaks the client; with max: 1 every later message would then wait forever.
+    const url = new URL(databaseUrl());
+    const proxy = await startTcpProxy(url.hostname, Number(url.port || 5432));
+    url.port = String(proxy.port);
+    const pool = new pg.Pool({ connectionString: url.toString(), max: 1, connectionTimeoutMillis: 2000 });
+    pool.on('error', () => {});
+    const process = withInbox(async (message: InboxMessage, tx) => {
+      await tx.insert(t.effects).values({ messageId: message.id });
+    }, { db: drizzleNodePg(pool), consumer: 'c', tables: { schema: t.schema } });
+
+    expect((await process({ id: 'before', payload: {} })).status).toBe('processed');
+    proxy.freeze(); // the next BEGIN leaves, and no answer comes back
+    const stuck = process({ id: 'during', payload: {} });
+    await new Promise((r) => setTimeout(r, 200));
+    proxy.cut(); // ...then the connection dies under it
+    expect(await stuck).toMatchObject({ status: 'retry', reason: 'database-unavailable' });
+
+    proxy.restore();
+    const after = await Promise.race([
+      process({ id: 'during', payload: {} }),
+      new Promise<never>((_, reject) => setTimeout(() => reject(new Error('pool wedged: the client leaked')), 10_000)),
+    ]);
+    expect(after.status).toBe('processed');
+    expect(await t.countEffects()).toBe(2);
+    await pool.end();
+    await proxy.close();
+  });
+});
