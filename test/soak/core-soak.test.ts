@@ -1,5 +1,5 @@
 import { migrate, withInbox, type InboxMessage, type InboxOutcome } from '@inboxed/core';
-import { createTestDatabase, databaseUrl, startTcpProxy, type TestDatabase } from '@inboxed/test-support';
+import { createTestDatabase, databaseUrl, startPostgresProxy, type TestDatabase } from '@inboxed/test-support';
 import { drizzle } from 'drizzle-orm/node-postgres';
 import pg from 'pg';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
@@ -21,11 +21,9 @@ describe('soak: 4 consumers, redelivery storm, database outage', () => {
   });
 
   it('every unique message is applied exactly once', async () => {
-    const url = new URL(databaseUrl());
-    const proxy = await startTcpProxy(url.hostname, Number(url.port || 5432));
-    url.port = String(proxy.port);
+    const { proxy, url } = await startPostgresProxy(databaseUrl());
     const pools = Array.from({ length: 4 }, () => {
-      const pool = new pg.Pool({ connectionString: url.toString(), max: 3, connectionTimeoutMillis: 500 });
+      const pool = new pg.Pool({ connectionString: url, max: 3, connectionTimeoutMillis: 500 });
       pool.on('error', () => {});
       return pool;
     });

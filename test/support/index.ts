@@ -4,6 +4,6 @@
  */
 export { databaseUrl, requireService } from './services.js';
 export { createTestDatabase, type TestDatabase, type Driver, DRIVERS } from './test-database.js';
-export { startTcpProxy, type TcpProxy } from './tcp-proxy.js';
+export { startPostgresProxy, startTcpProxy, type TcpProxy } from './tcp-proxy.js';
 export { uniqueName } from './unique-name.js';
 export { waitFor } from './wait-for.js';

@@ -60,3 +60,14 @@ export async function startTcpProxy(targetHost: string, targetPort: number): Pro
   };
   return proxy;
 }
+
+/**
+ * A proxy in front of the integration PostgreSQL, and the connection URL that goes through it, so
+ * a test can cut, freeze and restore the database connection of the pools it builds on that URL.
+ */
+export async function startPostgresProxy(databaseUrl: string): Promise<{ proxy: TcpProxy; url: string }> {
+  const url = new URL(databaseUrl);
+  const proxy = await startTcpProxy(url.hostname, Number(url.port || 5432));
+  url.port = String(proxy.port);
+  return { proxy, url: url.toString() };
+}

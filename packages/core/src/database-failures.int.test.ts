@@ -1,6 +1,6 @@
 import net from 'node:net';
 import { PGlite } from '@electric-sql/pglite';
-import { createTestDatabase, databaseUrl, startTcpProxy, type TestDatabase } from '@inboxed/test-support';
+import { createTestDatabase, databaseUrl, startPostgresProxy, type TestDatabase } from '@inboxed/test-support';
 import { drizzle as drizzleNodePg } from 'drizzle-orm/node-postgres';
 import { drizzle as drizzlePglite } from 'drizzle-orm/pglite';
 import { drizzle as drizzlePostgresJs } from 'drizzle-orm/postgres-js';
@@ -89,10 +89,8 @@ describe('database lost mid-stream (connection cut by a proxy)', () => {
   });
 
   it('messages during the outage are retried, never processed; after it each commits exactly once', async () => {
-    const url = new URL(databaseUrl());
-    const proxy = await startTcpProxy(url.hostname, Number(url.port || 5432));
-    url.port = String(proxy.port);
-    const pool = new pg.Pool({ connectionString: url.toString(), max: 4, connectionTimeoutMillis: 1000 });
+    const { proxy, url } = await startPostgresProxy(databaseUrl());
+    const pool = new pg.Pool({ connectionString: url, max: 4, connectionTimeoutMillis: 1000 });
     pool.on('error', () => {}); // idle clients die with the proxy; the next checkout reconnects
     const db = drizzleNodePg(pool);
     let cutInsideTransaction = false;
@@ -186,10 +184,8 @@ describe('a connection that dies while BEGIN is in flight', () => {
   it('returns its client to the pool, so a pool of one keeps working afterwards', async () => {
     // Regression: Drizzle's pool transaction sends BEGIN outside its try/finally, so a BEGIN that
     // fails leaks the client; with max: 1 every later message would then wait forever.
-    const url = new URL(databaseUrl());
-    const proxy = await startTcpProxy(url.hostname, Number(url.port || 5432));
-    url.port = String(proxy.port);
-    const pool = new pg.Pool({ connectionString: url.toString(), max: 1, connectionTimeoutMillis: 2000 });
+    const { proxy, url } = await startPostgresProxy(databaseUrl());
+    const pool = new pg.Pool({ connectionString: url, max: 1, connectionTimeoutMillis: 2000 });
     pool.on('error', () => {});
     const process = withInbox(async (message: InboxMessage, tx) => {
       await tx.insert(t.effects).values({ messageId: message.id });
