@@ -18,8 +18,10 @@ const TRANSIENT_CONFLICT_CODES = new Set(['40001', '40P01']);
 const LOCK_TIMEOUT_CODES = new Set(['55P03']);
 const SCHEMA_MISSING_CODES = new Set(['42P01', '42703', '3F000']);
 // SQLSTATE classes 08 (connection exception), 53 (insufficient resources), 57P0x (operator
-// intervention: shutdown, crash, cannot connect now), 57014 (statement_timeout / cancel), 58 (system).
-const UNAVAILABLE_CODE = /^(08|53|57P0|57014|58)/;
+// intervention: shutdown, crash, cannot connect now), 57014 (statement_timeout / cancel), 58 (system),
+// and 25006 (read-only transaction: connected to a standby, typically during a failover).
+// Applied only to inboxed's own statements: the same codes raised inside a handler are the handler's.
+const UNAVAILABLE_CODE = /^(08|53|57P0|57014|58|25006)/;
 const UNAVAILABLE_NODE_CODES = new Set([
   'ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EPIPE', 'ENOTFOUND', 'EAI_AGAIN', 'EHOSTUNREACH', 'ENETUNREACH', 'ECONNABORTED',
   // postgres-js
@@ -61,4 +63,20 @@ export function classifyDatabaseError(error: unknown): DatabaseFailure | undefin
     if (UNAVAILABLE_MESSAGES.some((pattern) => pattern.test(message))) return 'unavailable';
   }
   return undefined;
+}
+
+/**
+ * True when PostgreSQL ended the session because it sat idle inside the transaction longer than
+ * `idle_in_transaction_session_timeout` (SQLSTATE 25P03): the handler held the inbox transaction
+ * open while waiting on something else. That is the handler's doing, not an outage.
+ */
+export function isIdleInTransactionTimeout(error: unknown): boolean {
+  for (const link of causeChain(error)) if (link.code === '25P03') return true;
+  return false;
+}
+
+/** True when the transaction was already aborted by an earlier failed statement (SQLSTATE 25P02). */
+export function isInFailedTransaction(error: unknown): boolean {
+  for (const link of causeChain(error)) if (link.code === '25P02') return true;
+  return false;
 }

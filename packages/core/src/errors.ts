@@ -6,8 +6,10 @@
 
 /** Stable error codes raised by `@inboxed/core`. Adapters extend this set with their own strings. */
 export const InboxErrorCodes = {
-  /** The message id is missing, empty, not a string, or longer than 512 bytes. */
+  /** The message id is missing, empty, not a string, not well-formed UTF-16, contains NUL, or is longer than 512 bytes. */
   INVALID_MESSAGE_ID: 'INVALID_MESSAGE_ID',
+  /** A field of the delivery other than the id is malformed (`source`, `receivedAt`, `attempt`). */
+  INVALID_MESSAGE: 'INVALID_MESSAGE',
   /** A known message id arrived with a different payload fingerprint. */
   PAYLOAD_MISMATCH: 'PAYLOAD_MISMATCH',
   /** The payload could not be fingerprinted (not JSON-serialisable, cyclic, BigInt, ...). */
@@ -16,6 +18,18 @@ export const InboxErrorCodes = {
   VALIDATION_FAILED: 'VALIDATION_FAILED',
   /** The handler threw a retryable error; the transaction was rolled back. */
   HANDLER_FAILED: 'HANDLER_FAILED',
+  /**
+   * A statement in the handler failed and the handler carried on (caught the error) and returned:
+   * PostgreSQL had already aborted the transaction, so nothing of it, not even the inbox row, commits.
+   * Counted as a failed attempt.
+   */
+  TRANSACTION_ABORTED: 'TRANSACTION_ABORTED',
+  /**
+   * The handler ended the inbox transaction itself (a raw `COMMIT` or `ROLLBACK`) or removed the inbox
+   * row it was running under. Counted as a failed attempt. Writes the handler made after its own
+   * `COMMIT`/`ROLLBACK` ran outside the inbox and are not protected by it.
+   */
+  TRANSACTION_ENDED: 'TRANSACTION_ENDED',
   /** The handler threw a {@link PermanentError} (or an error classified as permanent). */
   PERMANENT_FAILURE: 'PERMANENT_FAILURE',
   /** The message failed `maxAttempts` times. */
@@ -28,6 +42,13 @@ export const InboxErrorCodes = {
   TRANSACTION_CONFLICT: 'TRANSACTION_CONFLICT',
   /** The inbox tables do not exist (or lack a column): run `migrate()` or your drizzle-kit migration. */
   INBOX_TABLE_MISSING: 'INBOX_TABLE_MISSING',
+  /**
+   * One of inboxed's own statements failed for a reason that is neither an outage nor a missing table
+   * (permission denied, a changed inbox table, ...). Never the message's fault: retried, not counted.
+   */
+  INBOX_QUERY_FAILED: 'INBOX_QUERY_FAILED',
+  /** inboxed itself failed unexpectedly (a bug: please report it). The message is retried, not counted. */
+  INTERNAL_ERROR: 'INTERNAL_ERROR',
   /** An option passed to inboxed is invalid. Thrown synchronously at construction time. */
   INVALID_OPTIONS: 'INVALID_OPTIONS',
   /** A table or schema name is not a plain SQL identifier. */
@@ -98,13 +119,4 @@ export function isPermanentError(error: unknown): error is PermanentError {
   return typeof error === 'object' && error !== null && (error as Record<symbol, unknown>)[PERMANENT_ERROR_BRAND] === true;
 }
 
-/** A readable one-line description of any thrown value, for logs and dead-letter headers. */
-export function describeError(error: unknown): string {
-  if (error instanceof Error) return `${error.name}: ${error.message}`;
-  if (typeof error === 'string') return error;
-  try {
-    return JSON.stringify(error) ?? String(error);
-  } catch {
-    return String(error);
-  }
-}
+export { describeError } from './error-text.js';

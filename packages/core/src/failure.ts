@@ -1,22 +1,18 @@
 import { backoffDelay } from './backoff.js';
 import { classifyDatabaseError } from './database-errors.js';
-import { describeError, InboxError, InboxErrorCodes, isInboxError, isPermanentError } from './errors.js';
-import type { InboxStore } from './inbox-store.js';
+import { describeError } from './error-text.js';
+import { InboxError, InboxErrorCodes, isInboxError, isPermanentError, type InboxErrorCode } from './errors.js';
+import type { AttemptRecord, InboxStore } from './inbox-store.js';
+import { displayMessageId } from './message-id.js';
 import type { ResolvedOptions } from './options.js';
+import { describeFailure, type TransactionFailure } from './transaction-failures.js';
 import { OutcomeReasons, type AnyPgDatabase, type InboxMessage, type InboxOutcome } from './types.js';
-
-/** @internal an error thrown by the inbox's own claim statement rather than by the handler. */
-export class ClaimFailure extends Error {
-  constructor(readonly original: unknown) {
-    super('inbox claim failed', { cause: original });
-  }
-}
 
 /** @internal `retry` for failures that are not the message's fault: never counted, never dead-lettered. */
 export function infrastructureRetry(
   options: ResolvedOptions<AnyPgDatabase, unknown>,
   message: InboxMessage,
-  code: string,
+  code: InboxErrorCode,
   reason: string,
   text: string,
   cause: unknown,
@@ -33,69 +29,130 @@ export function infrastructureRetry(
   };
 }
 
+/** Whether a handler error is permanent. A throwing `isPermanent` counts as "no", and is reported. */
+function permanence(options: ResolvedOptions<AnyPgDatabase, unknown>, error: unknown): { permanent: boolean; problem?: unknown } {
+  if (isPermanentError(error)) return { permanent: true };
+  try {
+    return { permanent: options.isPermanent(error) === true };
+  } catch (problem) {
+    return { permanent: false, problem };
+  }
+}
+
+/** The code and text of a counted failure. */
+function describeCounted(failure: TransactionFailure, permanent: boolean, transactionRetries: number): { code: InboxErrorCode; text: string; stored: string } {
+  switch (failure.kind) {
+    case 'aborted':
+      return { code: InboxErrorCodes.TRANSACTION_ABORTED, text: describeFailure(failure), stored: describeFailure(failure) };
+    case 'ended':
+      return { code: InboxErrorCodes.TRANSACTION_ENDED, text: describeFailure(failure), stored: describeFailure(failure) };
+    case 'conflict': {
+      const text = `the handler's statements hit serialization failures or deadlocks through ${transactionRetries} re-runs: ${describeError(failure.error)}`;
+      return { code: InboxErrorCodes.TRANSACTION_CONFLICT, text, stored: text };
+    }
+    default: {
+      const error = failure.error;
+      const code = isInboxError(error) ? error.code : permanent ? InboxErrorCodes.PERMANENT_FAILURE : InboxErrorCodes.HANDLER_FAILED;
+      return { code, text: `handler failed: ${describeError(error)}`, stored: describeError(error) };
+    }
+  }
+}
+
 /**
- * @internal Turns a failed transaction into an outcome. Database outages and lock timeouts on the
- * claim are `retry` without counting an attempt (the message did nothing wrong). Handler errors are
- * counted durably, then become `retry` with backoff, or `dead-letter` when permanent or exhausted.
+ * @internal Turns a transaction that did not commit into an outcome. Infrastructure (outages, a
+ * concurrent copy holding the row, missing tables, inbox statements failing) is `retry` without
+ * counting an attempt: the message did nothing wrong. Everything the handler caused is counted in
+ * the durable attempts ledger, the one source of truth for attempts, then becomes `retry` with
+ * backoff, or `dead-letter` when permanent or exhausted. The broker's delivery count is used only
+ * when the ledger cannot be written for a reason other than an outage.
  */
 export async function outcomeOfFailure(
   options: ResolvedOptions<AnyPgDatabase, unknown>,
   store: InboxStore,
   message: InboxMessage,
-  thrown: unknown,
+  failure: TransactionFailure,
 ): Promise<InboxOutcome> {
-  const claimFailed = thrown instanceof ClaimFailure;
-  const error = claimFailed ? thrown.original : thrown;
-  const kind = classifyDatabaseError(error);
-  if (kind === 'unavailable') {
-    return infrastructureRetry(options, message, InboxErrorCodes.DATABASE_UNAVAILABLE, OutcomeReasons.DATABASE_UNAVAILABLE, 'database unavailable', error);
-  }
-  if (kind === 'lock-timeout' && claimFailed) {
-    return infrastructureRetry(options, message, InboxErrorCodes.LOCK_TIMEOUT, OutcomeReasons.IN_PROGRESS, 'another copy of this message is still being processed', error);
-  }
-  if (kind === 'schema-missing' && claimFailed) {
-    return infrastructureRetry(options, message, InboxErrorCodes.INBOX_TABLE_MISSING, OutcomeReasons.INBOX_TABLE_MISSING, 'the inbox tables are missing; run migrate(db, { schema, table }) or your drizzle-kit migration', error);
-  }
-  if (kind === 'transient-conflict') {
-    return infrastructureRetry(options, message, InboxErrorCodes.TRANSACTION_CONFLICT, OutcomeReasons.TRANSACTION_CONFLICT, 'serialization failures or deadlocks outlasted the transparent retries', error);
+  const retry = (code: InboxErrorCode, reason: string, text: string) => infrastructureRetry(options, message, code, reason, text, failure.error);
+  switch (failure.kind) {
+    case 'outage':
+      return retry(InboxErrorCodes.DATABASE_UNAVAILABLE, OutcomeReasons.DATABASE_UNAVAILABLE, 'database unavailable');
+    case 'busy':
+      return retry(InboxErrorCodes.LOCK_TIMEOUT, OutcomeReasons.IN_PROGRESS, 'another copy of this message is still being processed');
+    case 'table-missing':
+      return retry(InboxErrorCodes.INBOX_TABLE_MISSING, OutcomeReasons.INBOX_TABLE_MISSING, 'the inbox tables are missing; run migrate(db, { schema, table }) or your drizzle-kit migration');
+    case 'inbox-query':
+      return retry(InboxErrorCodes.INBOX_QUERY_FAILED, OutcomeReasons.INBOX_QUERY_FAILED, 'an inbox statement failed');
+    case 'conflict':
+      if (!failure.counted) {
+        return retry(InboxErrorCodes.TRANSACTION_CONFLICT, OutcomeReasons.TRANSACTION_CONFLICT, 'serialization failures or deadlocks outlasted the transparent retries');
+      }
+      break;
+    default:
+      break;
   }
 
-  const permanent = isPermanentError(error) || options.isPermanent(error);
-  const code = isInboxError(error) ? error.code : permanent ? InboxErrorCodes.PERMANENT_FAILURE : InboxErrorCodes.HANDLER_FAILED;
-  const handlerError = isInboxError(error)
-    ? error
-    : new InboxError(code, `handler failed: ${describeError(error)}`, { cause: error, messageIds: [message.id], details: { consumer: options.consumer } });
+  const { permanent, problem } = failure.kind === 'handler' ? permanence(options, failure.error) : { permanent: false, problem: undefined };
+  const { code, text, stored } = describeCounted(failure, permanent, options.transactionRetries);
 
-  let attempt = message.attempt ?? 1;
-  let firstAttemptAt: Date | undefined;
-  let lastAttemptAt: Date | undefined;
+  let record: AttemptRecord | undefined;
+  let notRecorded: unknown;
   try {
-    const record = await store.recordFailure(options.db, message.id, { message: describeError(error), code });
-    attempt = Math.max(attempt, record.attempts);
-    firstAttemptAt = record.firstAttemptAt;
-    lastAttemptAt = record.lastAttemptAt;
+    record = await store.recordFailure(options.db, message.id, { message: stored, code: String(code) });
   } catch (recordError) {
-    // Counting failed (the database may have gone away after the handler's failure). Fall back to
-    // the broker's count; a permanent error is still dead-lettered since that needs no database.
-    if (!permanent) {
-      const [code, reason] = classifyDatabaseError(recordError) === 'schema-missing'
+    const kind = classifyDatabaseError(recordError);
+    if (!permanent && (kind === 'unavailable' || kind === 'schema-missing')) {
+      // Nothing can be counted while the database is away: that is an outage, not a failed attempt.
+      const [retryCode, reason] = kind === 'schema-missing'
         ? [InboxErrorCodes.INBOX_TABLE_MISSING, OutcomeReasons.INBOX_TABLE_MISSING]
         : [InboxErrorCodes.DATABASE_UNAVAILABLE, OutcomeReasons.DATABASE_UNAVAILABLE];
-      return infrastructureRetry(options, message, code, reason, `handler failed (${describeError(error)}) and the attempt could not be recorded`, recordError);
+      return infrastructureRetry(options, message, retryCode, reason, `${text}; and the attempt could not be recorded`, recordError);
     }
+    notRecorded = recordError;
   }
 
-  const base = { messageId: message.id, consumer: options.consumer, attempt, firstAttemptAt, lastAttemptAt };
+  const attempt = record?.attempts ?? message.attempt ?? 1;
+  const notes = [
+    problem === undefined ? undefined : `isPermanent threw: ${describeError(problem)}`,
+    notRecorded === undefined ? undefined : `the attempt could not be recorded (${describeError(notRecorded)}); counting the broker's delivery count instead`,
+  ].filter((note) => note !== undefined);
+  const details = { consumer: options.consumer, attempt, ...(notes.length > 0 ? { notes } : {}) };
+  const error = failure.kind === 'handler' && isInboxError(failure.error) && notes.length === 0
+    ? failure.error
+    : new InboxError(code, notes.length === 0 ? text : `${text} (${notes.join('; ')})`, { cause: failure.error, messageIds: [message.id], details });
+  const base = { messageId: message.id, consumer: options.consumer, attempt, firstAttemptAt: record?.firstAttemptAt, lastAttemptAt: record?.lastAttemptAt };
   if (permanent) {
-    return { ...base, status: 'dead-letter', reason: OutcomeReasons.PERMANENT_FAILURE, error: handlerError };
+    return { ...base, status: 'dead-letter', reason: OutcomeReasons.PERMANENT_FAILURE, error };
   }
   if (attempt >= options.maxAttempts) {
     const exhausted = new InboxError(
       InboxErrorCodes.MAX_ATTEMPTS_EXCEEDED,
-      `failed ${attempt} times (maxAttempts ${options.maxAttempts}); last error: ${describeError(error)}`,
-      { cause: error, messageIds: [message.id], details: { consumer: options.consumer, attempt } },
+      `failed ${attempt} times (maxAttempts ${options.maxAttempts}); last error: ${error.message}`,
+      { cause: failure.error, messageIds: [message.id], details: { ...details, lastErrorCode: code } },
     );
     return { ...base, status: 'dead-letter', reason: OutcomeReasons.MAX_ATTEMPTS_EXCEEDED, error: exhausted };
   }
-  return { ...base, status: 'retry', reason: OutcomeReasons.HANDLER_FAILED, error: handlerError, retryAfterMs: backoffDelay(attempt, options.backoff) };
+  return { ...base, status: 'retry', reason: OutcomeReasons.HANDLER_FAILED, error, retryAfterMs: backoffDelay(attempt, options.backoff) };
+}
+
+/**
+ * @internal The last resort of a processor: something in inboxed itself threw where it never should.
+ * The message is retried (not counted, so a bug in inboxed never dead-letters your messages) and
+ * the outcome says so loudly. Anything committed before the throw is found as a duplicate then.
+ */
+export function internalFailure(options: ResolvedOptions<AnyPgDatabase, unknown>, delivery: unknown, error: unknown): InboxOutcome {
+  let messageId = '';
+  try {
+    messageId = displayMessageId((delivery as { id?: unknown } | null)?.id);
+  } catch {
+    // a hostile getter: keep the empty id
+  }
+  return {
+    status: 'retry',
+    messageId,
+    consumer: options.consumer,
+    reason: OutcomeReasons.INTERNAL_ERROR,
+    error: new InboxError(InboxErrorCodes.INTERNAL_ERROR, `inboxed failed unexpectedly (please report this): ${describeError(error)}`, { cause: error, messageIds: [messageId] }),
+    attempt: 1,
+    retryAfterMs: backoffDelay(1, options.backoff),
+  };
 }

@@ -1,5 +1,6 @@
 import { and, eq, sql, type SQL } from 'drizzle-orm';
 import { getTableConfig } from 'drizzle-orm/pg-core';
+import { describeError, storableText } from './error-text.js';
 import type { InboxTables } from './schema.js';
 import type { AnyPgDatabase } from './types.js';
 
@@ -26,6 +27,24 @@ export interface AttemptRecord {
   lastAttemptAt: Date;
 }
 
+/** @internal One of the store's own statements inside the inbox transaction failed (not the handler). */
+export class InboxStatementError extends Error {
+  constructor(
+    readonly statement: 'find' | 'reject',
+    readonly original: unknown,
+  ) {
+    super(`inbox ${statement} statement failed: ${describeError(original)}`, { cause: original });
+    this.name = 'InboxStatementError';
+  }
+}
+
+/**
+ * The marker the completion check raises when the claimed rows are not (all) in the current
+ * transaction. Plain SQL has no RAISE, so the check casts a text carrying this marker to an integer
+ * only in that case; the cast error is recognised by the marker, never by its SQLSTATE.
+ */
+export const CLAIM_LOST_MARKER = 'inboxed:claim-lost';
+
 // Drizzle's transaction and database share the query-builder surface used here.
 type Queryable = Pick<AnyPgDatabase, 'insert' | 'select' | 'update'>;
 type Executable = Pick<AnyPgDatabase, 'execute'>;
@@ -36,30 +55,46 @@ async function rowsOf<T>(tx: Executable, query: SQL): Promise<T[]> {
   return (Array.isArray(result) ? result : (result as { rows: T[] }).rows) as T[];
 }
 
+/** A SQL literal quoted by the driver's own escaping (node-postgres' `escapeLiteral`). */
+export type Quote = (value: string) => string;
+
 /**
  * @internal The SQL of the inbox: every statement inboxed runs, in one place, so the round trips
- * per message stay visible (claim, then the handler, then commit; a lookup only for duplicates).
+ * per message stay visible. Per message: BEGIN + claim (one round trip on node-postgres), the
+ * handler's own statements, then the completion check + COMMIT (one round trip on node-postgres);
+ * a lookup only for duplicates.
+ *
+ * Statements that run on the hot path exist twice, side by side: as inline-literal text for
+ * node-postgres, whose simple query protocol sends several statements in one round trip but takes
+ * no parameters, and as parameterised SQL for the other drivers.
  */
 export class InboxStore {
   private readonly inboxName: SQL;
-  private readonly consumerExpression: SQL;
   private readonly inboxNameText: string;
 
   constructor(
     private readonly tables: InboxTables,
     private readonly consumer: string,
-    lockTimeoutMs: number | null,
   ) {
     const config = getTableConfig(tables.inbox);
     // Names were validated as plain identifiers when the tables were built.
     this.inboxNameText = config.schema === undefined ? `"${config.name}"` : `"${config.schema}"."${config.name}"`;
     this.inboxName = sql.raw(this.inboxNameText);
-    // The consumer expression also sets lock_timeout for this transaction, so the bounded wait costs
-    // no extra round trip. set_config is volatile: it runs before the row is inserted, hence before
-    // any wait on the unique index. (lockTimeoutMs is a validated integer.)
-    this.consumerExpression = lockTimeoutMs === null
-      ? sql`${consumer}`
-      : sql`(case when set_config('lock_timeout', '${sql.raw(String(lockTimeoutMs))}', true) is null then null else ${consumer}::text end)`;
+  }
+
+  /**
+   * Bounds the claim's wait on a concurrent copy, and only that wait: the session's `lock_timeout`
+   * is saved in a transaction-local setting, replaced for the claim, and put back right after it
+   * ({@link restoreLockWaitText}), so the handler's own lock waits keep the session's setting.
+   * (`lockTimeoutMs` is a validated integer.)
+   */
+  boundLockWaitText(lockTimeoutMs: number): string {
+    return `select set_config('inboxed.lock_timeout', current_setting('lock_timeout'), true), set_config('lock_timeout', '${lockTimeoutMs}', true)`;
+  }
+
+  /** Puts back the `lock_timeout` saved by {@link boundLockWaitText}. */
+  restoreLockWaitText(): string {
+    return `select set_config('lock_timeout', current_setting('inboxed.lock_timeout'), true)`;
   }
 
   /**
@@ -68,81 +103,118 @@ export class InboxStore {
    * a duplicate) or rolls back (-> claimed). Rows are optimistically written as `processed`; the
    * transaction makes that true or discards it. Returns the ids claimed.
    *
-   * Hand-written SQL rather than the query builder: this runs once per message on the hot path,
-   * and a batch passes its ids as arrays through `unnest`, so the statement has five parameters
-   * whatever the batch size.
+   * The wait bound and its undo are separate statements sent without waiting for each other
+   * (postgres-js pipelines them), so they cost no round trip of their own there either. A batch
+   * passes its ids as arrays through `unnest`, so the statement has few parameters whatever its size.
    */
-  async claim(tx: Executable, rows: readonly ClaimRow[]): Promise<Set<string>> {
-    const query = rows.length === 1
+  async claim(tx: Executable, rows: readonly ClaimRow[], lockTimeoutMs: number | null): Promise<Set<string>> {
+    const insert = rows.length === 1
       ? sql`insert into ${this.inboxName} (consumer, message_id, fingerprint, status, source, received_at)
-          values (${this.consumerExpression}, ${rows[0]!.messageId}, ${rows[0]!.fingerprint}, 'processed', ${rows[0]!.source ?? null}, coalesce(${rows[0]!.receivedAt?.toISOString() ?? null}::timestamptz, now()))
+          values (${this.consumer}, ${rows[0]!.messageId}, ${rows[0]!.fingerprint}, 'processed', ${rows[0]!.source ?? null}, coalesce(${rows[0]!.receivedAt?.toISOString() ?? null}::timestamptz, now()))
           on conflict do nothing returning message_id`
       : sql`insert into ${this.inboxName} (consumer, message_id, fingerprint, status, source, received_at)
-          select ${this.consumerExpression}, m.id, m.fp, 'processed', m.src, coalesce(m.at::timestamptz, now())
+          select ${this.consumer}, m.id, m.fp, 'processed', m.src, coalesce(m.at::timestamptz, now())
           from unnest(${sql.param(rows.map((r) => r.messageId))}::text[], ${sql.param(rows.map((r) => r.fingerprint))}::text[],
                       ${sql.param(rows.map((r) => r.source ?? null))}::text[], ${sql.param(rows.map((r) => r.receivedAt?.toISOString() ?? null))}::text[]) as m(id, fp, src, at)
           on conflict do nothing returning message_id`;
-    const claimed = await rowsOf<{ message_id: string }>(tx, query);
+    if (lockTimeoutMs === null) return new Set((await rowsOf<{ message_id: string }>(tx, insert)).map((r) => r.message_id));
+    const [, claimed] = await Promise.all([
+      rowsOf(tx, sql.raw(this.boundLockWaitText(lockTimeoutMs))),
+      rowsOf<{ message_id: string }>(tx, insert),
+      rowsOf(tx, sql.raw(this.restoreLockWaitText())),
+    ]);
     return new Set(claimed.map((r) => r.message_id));
   }
 
   /**
-   * The claim as one self-contained SQL text with inline literals, for drivers that can send it in
-   * the same round trip as BEGIN (node-postgres' simple query protocol accepts several statements
-   * but no parameters). `quote` must be the driver's own literal escaping.
+   * The claim as one self-contained SQL text with inline literals (see {@link claim}), without the
+   * wait bound. `quote` must be the driver's own literal escaping.
    */
-  claimText(rows: readonly ClaimRow[], quote: (value: string) => string, lockTimeoutMs: number | null): string {
+  claimText(rows: readonly ClaimRow[], quote: Quote): string {
     const literal = (value: string | null | undefined) => (value === null || value === undefined ? 'NULL' : quote(value));
     // Fingerprints (hex) and timestamps (ISO 8601) are produced here and hold no quote or
     // backslash, so they skip the per-character escaping that ids and sources need.
     const trusted = (value: string | null | undefined) => (value === null || value === undefined ? 'NULL' : `'${value}'`);
-    // Same trick as the parameterised claim: set_config inside the statement bounds the wait on a
-    // concurrent copy without a SET statement of its own.
-    const consumer = lockTimeoutMs === null
-      ? literal(this.consumer)
-      : `(case when set_config('lock_timeout', '${lockTimeoutMs}', true) is null then null else ${literal(this.consumer)} end)`;
     const insert = `insert into ${this.inboxNameText} (consumer, message_id, fingerprint, status, source, received_at)`;
     const conflict = 'on conflict do nothing returning message_id';
     if (rows.length === 1) {
       const [row] = rows as [ClaimRow];
       const receivedAt = row.receivedAt === undefined ? 'now()' : `${trusted(row.receivedAt.toISOString())}::timestamptz`;
-      return `${insert} values (${consumer}, ${literal(row.messageId)}, ${trusted(row.fingerprint)}, 'processed', ${literal(row.source)}, ${receivedAt}) ${conflict}`;
+      return `${insert} values (${literal(this.consumer)}, ${literal(row.messageId)}, ${trusted(row.fingerprint)}, 'processed', ${literal(row.source)}, ${receivedAt}) ${conflict}`;
     }
     const array = (values: (string | null | undefined)[], quoteOne: typeof literal) => `ARRAY[${values.map(quoteOne).join(',')}]::text[]`;
-    return `${insert} select ${consumer}, m.id, m.fp, 'processed', m.src, coalesce(m.at::timestamptz, now())
+    return `${insert} select ${literal(this.consumer)}, m.id, m.fp, 'processed', m.src, coalesce(m.at::timestamptz, now())
       from unnest(${array(rows.map((r) => r.messageId), literal)}, ${array(rows.map((r) => r.fingerprint), trusted)},
                   ${array(rows.map((r) => r.source), literal)}, ${array(rows.map((r) => r.receivedAt?.toISOString()), trusted)}) as m(id, fp, src, at)
       ${conflict}`;
   }
 
+  /**
+   * The completion check, run right before COMMIT: every claimed row must still be there, inside a
+   * transaction that is still open. It fails, so COMMIT never runs, when
+   * - a statement of the handler failed and the handler carried on: PostgreSQL aborted the
+   *   transaction, and this check gets SQLSTATE 25P02 (COMMIT alone would answer `ROLLBACK`
+   *   without an error, which node-postgres does not report);
+   * - the handler sent ROLLBACK or COMMIT itself: the rows are gone, or no transaction is open
+   *   (`txid_current_if_assigned()` is null in the implicit transaction of a lone statement);
+   * - the handler deleted the rows it runs under.
+   * In the last two cases the check raises {@link CLAIM_LOST_MARKER}.
+   */
+  verify(tx: Executable, messageIds: readonly string[]): Promise<unknown> {
+    const where = messageIds.length === 1
+      ? sql`message_id = ${messageIds[0]!}`
+      : sql`message_id = any(${sql.param([...messageIds])}::text[])`;
+    return tx.execute(sql`select case when count(*) = ${messageIds.length} and txid_current_if_assigned() is not null then 0
+        else (${CLAIM_LOST_MARKER + ' '} || count(*) || ${'/' + messageIds.length} || case when txid_current_if_assigned() is null then ' (no transaction)' else '' end)::int end
+      from ${this.inboxName} where consumer = ${this.consumer} and ${where}`);
+  }
+
+  /** {@link verify} as inline-literal text, to send in one round trip with COMMIT. */
+  verifyText(messageIds: readonly string[], quote: Quote): string {
+    const where = messageIds.length === 1
+      ? `message_id = ${quote(messageIds[0]!)}`
+      : `message_id = any(ARRAY[${messageIds.map(quote).join(',')}]::text[])`;
+    return `select case when count(*) = ${messageIds.length} and txid_current_if_assigned() is not null then 0
+        else ('${CLAIM_LOST_MARKER} ' || count(*) || '/${messageIds.length}' || case when txid_current_if_assigned() is null then ' (no transaction)' else '' end)::int end
+      from ${this.inboxNameText} where consumer = ${quote(this.consumer)} and ${where}`;
+  }
+
   /** Reads the committed rows of ids that could not be claimed. */
   async find(tx: Executable, messageIds: readonly string[]): Promise<Map<string, ExistingRow>> {
-    const rows = await rowsOf<{ message_id: string; fingerprint: string | null; status: string; reason: string | null }>(
-      tx,
-      sql`select message_id, fingerprint, status, reason from ${this.inboxName}
-          where consumer = ${this.consumer} and message_id = any(${sql.param([...messageIds])}::text[])`,
-    );
+    let rows: { message_id: string; fingerprint: string | null; status: string; reason: string | null }[];
+    try {
+      rows = await rowsOf(tx, sql`select message_id, fingerprint, status, reason from ${this.inboxName}
+          where consumer = ${this.consumer} and message_id = any(${sql.param([...messageIds])}::text[])`);
+    } catch (error) {
+      throw new InboxStatementError('find', error);
+    }
     return new Map(rows.map((r) => [r.message_id, { messageId: r.message_id, fingerprint: r.fingerprint, status: r.status, reason: r.reason }]));
   }
 
   /** Turns a claimed row into a business rejection, in the claiming transaction. */
   async markRejected(tx: Queryable, messageId: string, reason: string): Promise<void> {
     const { inbox } = this.tables;
-    await tx
-      .update(inbox)
-      .set({ status: 'rejected', reason, completedAt: sql`clock_timestamp()` })
-      .where(and(eq(inbox.consumer, this.consumer), eq(inbox.messageId, messageId)));
+    try {
+      await tx
+        .update(inbox)
+        .set({ status: 'rejected', reason, completedAt: sql`clock_timestamp()` })
+        .where(and(eq(inbox.consumer, this.consumer), eq(inbox.messageId, messageId)));
+    } catch (error) {
+      throw new InboxStatementError('reject', error);
+    }
   }
 
   /**
    * Counts one failed attempt, outside the rolled-back transaction, so the count survives restarts
-   * and brokers that report no delivery count. Keeps the last error for inspection.
+   * and brokers that report no delivery count. Keeps the last error for inspection: its description
+   * (never query parameters) and code, both made storable, so recording a failure cannot itself fail
+   * on what the failure said.
    */
   async recordFailure(db: Queryable, messageId: string, error: { message: string; code: string }): Promise<AttemptRecord> {
     const { inboxAttempts: attempts } = this.tables;
     const [row] = await db
       .insert(attempts)
-      .values({ consumer: this.consumer, messageId, attempts: 1, lastError: error.message.slice(0, 4000), lastErrorCode: error.code })
+      .values({ consumer: this.consumer, messageId, attempts: 1, lastError: storableText(error.message, 4000), lastErrorCode: storableText(error.code, 100) })
       .onConflictDoUpdate({
         target: [attempts.consumer, attempts.messageId],
         set: {

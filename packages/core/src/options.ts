@@ -1,8 +1,10 @@
 import type { BackoffOptions } from './backoff.js';
+import { isSingleNodePgClient } from './drivers/node-postgres.js';
 import { InboxError, InboxErrorCodes } from './errors.js';
 import type { FingerprintOption } from './fingerprint.js';
 import { createInboxTables, type InboxTableNames, type InboxTables } from './schema.js';
 import type { AnyPgDatabase, InboxMessage } from './types.js';
+import { isWellFormed } from './unicode.js';
 
 /** Options shared by {@link withInbox} and {@link withInboxBatch}. */
 export interface InboxOptions<TDb extends AnyPgDatabase, TPayload = unknown> {
@@ -31,7 +33,7 @@ export interface InboxOptions<TDb extends AnyPgDatabase, TPayload = unknown> {
    * Validates and converts the payload before any database work (e.g. `schema.parse`). A throw
    * dead-letters the message with reason `validation-failed`: retrying a malformed message cannot help.
    */
-  parse?: (payload: unknown, message: InboxMessage) => TPayload;
+  parse?: (payload: unknown, message: InboxMessage) => TPayload | Promise<TPayload>;
   /** Attempts (including the first) before a failing message is dead-lettered. Default 5. */
   maxAttempts?: number;
   /** Backoff between attempts, reported as `retryAfterMs`. Default 1 s doubling to 5 min, full jitter. */
@@ -50,7 +52,7 @@ export interface InboxOptions<TDb extends AnyPgDatabase, TPayload = unknown> {
   /** Transparent re-runs of a transaction hit by a serialization failure or deadlock. Default 5. */
   transactionRetries?: number;
   /** Isolation level of the inbox transaction. Default: the database default (read committed). */
-  isolationLevel?: 'read committed' | 'repeatable read' | 'serializable';
+  isolationLevel?: 'read uncommitted' | 'read committed' | 'repeatable read' | 'serializable';
 }
 
 /** @internal options with defaults applied. */
@@ -60,7 +62,7 @@ export interface ResolvedOptions<TDb extends AnyPgDatabase, TPayload> {
   tables: InboxTables;
   fingerprint: FingerprintOption;
   onPayloadMismatch: 'conflict' | 'duplicate';
-  parse: ((payload: unknown, message: InboxMessage) => TPayload) | undefined;
+  parse: ((payload: unknown, message: InboxMessage) => TPayload | Promise<TPayload>) | undefined;
   maxAttempts: number;
   backoff: BackoffOptions;
   isPermanent: (error: unknown) => boolean;
@@ -71,8 +73,37 @@ export interface ResolvedOptions<TDb extends AnyPgDatabase, TPayload> {
 
 const PERMANENT_ERROR_NAMES = new Set(['ZodError', 'ValidationError']);
 
+/** The isolation levels PostgreSQL accepts in `BEGIN ISOLATION LEVEL ...`; nothing else reaches the SQL. */
+const ISOLATION_LEVELS = new Set(['read uncommitted', 'read committed', 'repeatable read', 'serializable']);
+const FINGERPRINT_MODES = new Set(['auto', 'json', 'bytes']);
+const JITTERS = new Set(['full', 'equal', 'none']);
+/** PostgreSQL's largest `lock_timeout` (INT_MAX milliseconds), and the largest `integer` for attempts. */
+const PG_INT_MAX = 2_147_483_647;
+
 function invalid(message: string): never {
   throw new InboxError(InboxErrorCodes.INVALID_OPTIONS, message);
+}
+
+const isInteger = (value: unknown, min: number, max: number): value is number =>
+  typeof value === 'number' && Number.isInteger(value) && value >= min && value <= max;
+
+/** A string PostgreSQL stores unchanged: no NUL, no lone surrogate. */
+export function isStorableText(value: string): boolean {
+  return !value.includes('\u0000') && isWellFormed(value);
+}
+
+/** Copies and checks the backoff settings once, so a hostile getter or a NaN cannot reach `retryAfterMs`. */
+function resolveBackoff(backoff: unknown): BackoffOptions {
+  if (backoff === undefined) return {};
+  if (backoff === null || typeof backoff !== 'object') invalid('options.backoff must be an object');
+  const { baseDelayMs, maxDelayMs, jitter } = backoff as BackoffOptions;
+  const delay = (value: unknown, name: string) => {
+    if (value !== undefined && !(typeof value === 'number' && Number.isFinite(value) && value >= 0)) invalid(`options.backoff.${name} must be a finite number >= 0`);
+  };
+  delay(baseDelayMs, 'baseDelayMs');
+  delay(maxDelayMs, 'maxDelayMs');
+  if (jitter !== undefined && !JITTERS.has(jitter)) invalid("options.backoff.jitter must be 'full', 'equal' or 'none'");
+  return { baseDelayMs, maxDelayMs, jitter };
 }
 
 /** @internal validates options once, at construction, so misconfiguration fails fast and loudly. */
@@ -82,32 +113,58 @@ export function resolveOptions<TDb extends AnyPgDatabase, TPayload>(options: Inb
   if (db === null || typeof db !== 'object' || typeof (db as { transaction?: unknown }).transaction !== 'function') {
     invalid('options.db must be a Drizzle PostgreSQL database (node-postgres, postgres-js or PGlite)');
   }
-  if (typeof consumer !== 'string' || consumer.trim() === '' || Buffer.byteLength(consumer) > 200) {
-    invalid('options.consumer must be a non-empty string of at most 200 bytes');
+  if (isSingleNodePgClient(db)) {
+    invalid(
+      'options.db is a Drizzle database over a single node-postgres Client: concurrent deliveries would share one ' +
+        "server transaction (one's ROLLBACK would discard another's committed effect), and a lost connection never comes back. " +
+        'Pass a Pool instead: drizzle(new Pool({ connectionString })).',
+    );
+  }
+  if (typeof consumer !== 'string' || consumer.trim() === '' || Buffer.byteLength(consumer) > 200 || !isStorableText(consumer)) {
+    invalid('options.consumer must be a non-empty string of at most 200 bytes, without NUL or lone surrogates');
   }
   const maxAttempts = options.maxAttempts ?? 5;
-  if (!Number.isInteger(maxAttempts) || maxAttempts < 1) invalid('options.maxAttempts must be an integer >= 1');
+  if (!isInteger(maxAttempts, 1, PG_INT_MAX)) invalid(`options.maxAttempts must be an integer from 1 to ${PG_INT_MAX}`);
   const lockTimeoutMs = options.lockTimeoutMs === undefined ? 5000 : options.lockTimeoutMs;
-  if (lockTimeoutMs !== null && (!Number.isInteger(lockTimeoutMs) || lockTimeoutMs < 1)) {
-    invalid('options.lockTimeoutMs must be a positive integer (milliseconds) or null');
+  if (lockTimeoutMs !== null && !isInteger(lockTimeoutMs, 1, PG_INT_MAX)) {
+    invalid(`options.lockTimeoutMs must be an integer from 1 to ${PG_INT_MAX} (milliseconds), or null`);
   }
   const transactionRetries = options.transactionRetries ?? 5;
-  if (!Number.isInteger(transactionRetries) || transactionRetries < 0) invalid('options.transactionRetries must be an integer >= 0');
+  if (!isInteger(transactionRetries, 0, 100)) invalid('options.transactionRetries must be an integer from 0 to 100');
+  const { isolationLevel } = options;
+  if (isolationLevel !== undefined && !ISOLATION_LEVELS.has(isolationLevel)) {
+    invalid(`options.isolationLevel must be one of ${[...ISOLATION_LEVELS].map((l) => `'${l}'`).join(', ')}`);
+  }
+  const fingerprint = options.fingerprint ?? 'auto';
+  if (fingerprint !== false && typeof fingerprint !== 'function' && !FINGERPRINT_MODES.has(fingerprint)) {
+    invalid("options.fingerprint must be 'auto', 'json', 'bytes', false or a function");
+  }
+  const onPayloadMismatch = options.onPayloadMismatch ?? 'conflict';
+  if (onPayloadMismatch !== 'conflict' && onPayloadMismatch !== 'duplicate') invalid("options.onPayloadMismatch must be 'conflict' or 'duplicate'");
+  for (const name of ['parse', 'isPermanent'] as const) {
+    if (options[name] !== undefined && typeof options[name] !== 'function') invalid(`options.${name} must be a function`);
+  }
+  if (options.tables !== undefined && (options.tables === null || typeof options.tables !== 'object')) invalid('options.tables must be { schema, table } or createInboxTables(...)');
   const tables = options.tables !== undefined && 'inbox' in options.tables ? options.tables : createInboxTables(options.tables);
   const userIsPermanent = options.isPermanent;
   return {
     db,
     consumer,
     tables,
-    fingerprint: options.fingerprint ?? 'auto',
-    onPayloadMismatch: options.onPayloadMismatch ?? 'conflict',
+    fingerprint,
+    onPayloadMismatch,
     parse: options.parse,
     maxAttempts,
-    backoff: options.backoff ?? {},
+    backoff: resolveBackoff(options.backoff),
     isPermanent: (error) =>
       (error instanceof Error && PERMANENT_ERROR_NAMES.has(error.name)) || (userIsPermanent?.(error) ?? false),
     lockTimeoutMs,
     transactionRetries,
-    isolationLevel: options.isolationLevel,
+    isolationLevel,
   };
+}
+
+/** @internal Throws `INVALID_OPTIONS` unless `handler` is a function. */
+export function assertHandler(handler: unknown): void {
+  if (typeof handler !== 'function') invalid(`the handler must be a function, got ${handler === null ? 'null' : typeof handler}`);
 }

@@ -1,7 +1,8 @@
-import { describeError, InboxError, InboxErrorCodes } from './errors.js';
+import { describeError } from './error-text.js';
+import { InboxError, InboxErrorCodes } from './errors.js';
 import { fingerprintMessage } from './fingerprint.js';
 import { checkMessageId, displayMessageId } from './message-id.js';
-import type { ResolvedOptions } from './options.js';
+import { isStorableText, type ResolvedOptions } from './options.js';
 import { OutcomeReasons, type AnyPgDatabase, type InboxMessage, type InboxOutcome } from './types.js';
 
 /** @internal a delivery that passed every check that needs no database. */
@@ -10,46 +11,89 @@ export interface PreparedMessage<TPayload> {
   fingerprint: string | null;
 }
 
+/** The longest `source` accepted, in UTF-8 bytes (queue and topic names are far shorter). */
+const MAX_SOURCE_BYTES = 1024;
+/** `receivedAt` is stored as timestamptz; years outside 1..9999 are bugs (and ISO strings change shape). */
+const EARLIEST = Date.parse('0001-01-01T00:00:00.000Z');
+const LATEST = Date.parse('9999-12-31T23:59:59.999Z');
+
+/** `attempt` when it is a positive integer that fits PostgreSQL's `integer`. */
+function validAttempt(attempt: unknown): number | undefined {
+  return typeof attempt === 'number' && Number.isInteger(attempt) && attempt >= 1 && attempt <= 2_147_483_647 ? attempt : undefined;
+}
+
+/** Why the delivery's fields other than the id cannot be stored as given, or `undefined`. */
+function deliveryProblem(message: InboxMessage): string | undefined {
+  const { source, receivedAt, attempt } = message;
+  if (source !== undefined && (typeof source !== 'string' || !isStorableText(source) || Buffer.byteLength(source) > MAX_SOURCE_BYTES)) {
+    return `source must be a string of at most ${MAX_SOURCE_BYTES} bytes without NUL or lone surrogates`;
+  }
+  if (receivedAt !== undefined) {
+    const time = receivedAt instanceof Date ? receivedAt.getTime() : Number.NaN;
+    if (!(time >= EARLIEST && time <= LATEST)) return 'receivedAt must be a valid Date between the years 1 and 9999';
+  }
+  if (attempt !== undefined && validAttempt(attempt) === undefined) return 'attempt must be a positive integer';
+  return undefined;
+}
+
 /**
- * @internal Checks what can be checked without the database: the id, the `parse` option and the
- * fingerprint. A failure here is the message's own fault and retrying cannot fix it, so it is a
- * `dead-letter` outcome straight away, and the database is never touched.
+ * @internal Checks what can be checked without the database: the id, the other fields, the
+ * fingerprint and the `parse` option. A failure here is the message's own fault and retrying cannot
+ * fix it, so it is a `dead-letter` outcome straight away, and the database is never touched. User
+ * callbacks (`fingerprint`, `parse`) that throw or reject end here too; they never escape.
  */
-export function prepareMessage<TPayload>(
+export async function prepareMessage<TPayload>(
   options: ResolvedOptions<AnyPgDatabase, TPayload>,
-  message: InboxMessage,
-): PreparedMessage<TPayload> | InboxOutcome {
-  const deadLetter = (reason: string, error: InboxError): InboxOutcome => ({
+  delivery: InboxMessage,
+): Promise<PreparedMessage<TPayload> | InboxOutcome> {
+  const deadLetter = (messageId: string, reason: string, error: InboxError): InboxOutcome => ({
     status: 'dead-letter',
-    messageId: displayMessageId(message?.id),
+    messageId,
     consumer: options.consumer,
     reason,
     error,
-    attempt: message?.attempt ?? 1,
+    attempt: 1,
   });
-  if (message === null || typeof message !== 'object') {
-    return deadLetter(OutcomeReasons.MISSING_MESSAGE_ID, new InboxError(InboxErrorCodes.INVALID_MESSAGE_ID, 'message is not an object'));
+  if (delivery === null || typeof delivery !== 'object') {
+    return deadLetter('', OutcomeReasons.MISSING_MESSAGE_ID, new InboxError(InboxErrorCodes.INVALID_MESSAGE_ID, 'message is not an object'));
+  }
+  // Read every field once: a getter that throws (or answers differently each time) cannot reach the
+  // database or the handler, which both see this plain copy.
+  let message: InboxMessage;
+  try {
+    const { id, payload, headers, attempt, receivedAt, source } = delivery;
+    message = { id, payload, headers, attempt, receivedAt, source };
+    for (const key of ['headers', 'attempt', 'receivedAt', 'source'] as const) if (message[key] === undefined) delete message[key];
+  } catch (error) {
+    return deadLetter('', OutcomeReasons.INVALID_MESSAGE, new InboxError(InboxErrorCodes.INVALID_MESSAGE, `the message's fields cannot be read: ${describeError(error)}`, { cause: error }));
   }
   const idProblem = checkMessageId(message.id);
-  if (idProblem !== undefined) return deadLetter(idProblem.reason, idProblem.error);
+  if (idProblem !== undefined) return deadLetter(displayMessageId(message.id), idProblem.reason, idProblem.error);
+  const { id } = message;
+  const dead = (reason: string, error: InboxError): InboxOutcome => ({ ...deadLetter(id, reason, error), attempt: validAttempt(message.attempt) ?? 1 });
+
+  const problem = deliveryProblem(message);
+  if (problem !== undefined) {
+    return dead(OutcomeReasons.INVALID_MESSAGE, new InboxError(InboxErrorCodes.INVALID_MESSAGE, `message ${JSON.stringify(id)}: ${problem}`, { messageIds: [id] }));
+  }
 
   let fingerprint: string | null;
   try {
     fingerprint = fingerprintMessage(message, options.fingerprint);
   } catch (error) {
-    return deadLetter(
+    return dead(
       OutcomeReasons.UNFINGERPRINTABLE_PAYLOAD,
-      new InboxError(InboxErrorCodes.FINGERPRINT_FAILED, `payload cannot be fingerprinted: ${describeError(error)}`, { cause: error, messageIds: [message.id] }),
+      new InboxError(InboxErrorCodes.FINGERPRINT_FAILED, `payload cannot be fingerprinted: ${describeError(error)}`, { cause: error, messageIds: [id] }),
     );
   }
 
   if (options.parse === undefined) return { message: message as InboxMessage<TPayload>, fingerprint };
   try {
-    return { message: { ...message, payload: options.parse(message.payload, message) }, fingerprint };
+    return { message: { ...message, payload: await options.parse(message.payload, message) }, fingerprint };
   } catch (error) {
-    return deadLetter(
+    return dead(
       OutcomeReasons.VALIDATION_FAILED,
-      new InboxError(InboxErrorCodes.VALIDATION_FAILED, `payload failed validation: ${describeError(error)}`, { cause: error, messageIds: [message.id] }),
+      new InboxError(InboxErrorCodes.VALIDATION_FAILED, `payload failed validation: ${describeError(error)}`, { cause: error, messageIds: [id] }),
     );
   }
 }
@@ -59,12 +103,19 @@ export function isOutcome<TPayload>(value: PreparedMessage<TPayload> | InboxOutc
   return 'status' in value;
 }
 
+/** What decides a redelivery's outcome: the stored row of its id (or the row a batch just wrote). */
+export interface KnownRow {
+  fingerprint: string | null;
+  status: string;
+  reason: string | null;
+}
+
 /** @internal The outcome of an id that was already in the inbox: a duplicate, or a conflict when the payload differs. */
 export function outcomeOfExisting(
   options: ResolvedOptions<AnyPgDatabase, unknown>,
   message: InboxMessage,
   fingerprint: string | null,
-  existing: { fingerprint: string | null; status: string; reason: string | null },
+  existing: KnownRow,
 ): InboxOutcome {
   const base = { messageId: message.id, consumer: options.consumer, attempt: message.attempt ?? 1 };
   const mismatch = fingerprint !== null && existing.fingerprint !== null && fingerprint !== existing.fingerprint;

@@ -26,13 +26,15 @@ export interface InboxMessage<TPayload = unknown> {
   /** Transport headers or attributes, for the handler's information. Not fingerprinted. */
   headers?: Record<string, unknown>;
   /**
-   * The delivery attempt as the broker counts it (1 = first delivery), when the broker knows.
-   * inboxed also counts failed attempts durably in the database and uses the larger of the two.
+   * The delivery attempt as the broker counts it (1 = first delivery), when the broker knows; a
+   * positive integer. Handed to the handler as `context.attempt`. `maxAttempts` is decided by the
+   * durable count of failed attempts in the database, not by this number (a broker also counts
+   * redeliveries caused by outages); it is used only if that count cannot be written.
    */
   attempt?: number;
-  /** When the consumer received the message. Defaults to the database's `now()`. */
+  /** When the consumer received the message (a valid `Date`, years 1 to 9999). Defaults to the database's `now()`. */
   receivedAt?: Date;
-  /** Where the message came from (`amqp:orders`, `kafka:payments/3`), stored with the inbox row. */
+  /** Where the message came from (`amqp:orders`, `kafka:payments/3`), stored with the inbox row. At most 1024 bytes, no NUL. */
   source?: string;
 }
 
@@ -48,8 +50,10 @@ export const OutcomeReasons = {
   PAYLOAD_MISMATCH: 'payload-mismatch',
   /** `dead-letter`: the message had no id. */
   MISSING_MESSAGE_ID: 'missing-message-id',
-  /** `dead-letter`: the id was empty, not a string, or over 512 bytes. */
+  /** `dead-letter`: the id was not a string, not well-formed UTF-16, contained NUL, or was over 512 bytes. */
   INVALID_MESSAGE_ID: 'invalid-message-id',
+  /** `dead-letter`: another field of the delivery was malformed (`source`, `receivedAt`, `attempt`). */
+  INVALID_MESSAGE: 'invalid-message',
   /** `dead-letter`: the payload could not be fingerprinted. */
   UNFINGERPRINTABLE_PAYLOAD: 'unfingerprintable-payload',
   /** `dead-letter`: the `parse` option rejected the payload. */
@@ -68,6 +72,10 @@ export const OutcomeReasons = {
   TRANSACTION_CONFLICT: 'transaction-conflict',
   /** `retry`: the inbox tables are missing; nothing can be deduplicated until they are migrated. */
   INBOX_TABLE_MISSING: 'inbox-table-missing',
+  /** `retry`: an inbox statement failed for another reason than an outage (permissions, a changed table). */
+  INBOX_QUERY_FAILED: 'inbox-query-failed',
+  /** `retry`: inboxed itself failed unexpectedly (a bug); not counted. */
+  INTERNAL_ERROR: 'internal-error',
   /** `duplicate`: a second copy of the same id inside one batch. */
   DUPLICATE_IN_BATCH: 'duplicate-in-batch',
 } as const;

@@ -1,9 +1,11 @@
-import { classifyDatabaseError } from './database-errors.js';
-import { ClaimFailure, outcomeOfFailure } from './failure.js';
-import { InboxStore } from './inbox-store.js';
-import { resolveOptions, type InboxOptions, type ResolvedOptions } from './options.js';
-import { isOutcome, outcomeOfExisting, prepareMessage, type PreparedMessage } from './prepare.js';
-import { claimTransaction } from './transaction.js';
+import { InboxError, InboxErrorCodes } from './errors.js';
+import { internalFailure, outcomeOfFailure } from './failure.js';
+import { InboxStatementError, InboxStore } from './inbox-store.js';
+import { assertHandler, resolveOptions, type InboxOptions, type ResolvedOptions } from './options.js';
+import { isOutcome, outcomeOfExisting, prepareMessage, type KnownRow, type PreparedMessage } from './prepare.js';
+import { rejectionReason } from './rejection.js';
+import { runInboxTransaction } from './transaction.js';
+import { isCounted } from './transaction-failures.js';
 import {
   isRejection,
   OutcomeReasons,
@@ -42,6 +44,19 @@ interface Slot<TPayload> {
   prepared: PreparedMessage<TPayload>;
 }
 
+/** What one committed batch transaction decided: outcomes by input index, and the row now stored per id. */
+interface Committed {
+  outcomes: Map<number, InboxOutcome>;
+  rows: Map<string, KnownRow>;
+}
+
+/**
+ * How long a claim waits on a concurrent copy once one wait in this batch has already timed out.
+ * The split halves that hold no busy id never wait; the ones that do should not wait the full
+ * `lockTimeoutMs` again at every level of the split.
+ */
+const SPLIT_LOCK_WAIT_MS = 100;
+
 function rejectionOf(rejections: void | BatchRejections, messageId: string): Rejection | undefined {
   if (rejections === undefined || rejections === null) return undefined;
   const value = rejections instanceof Map ? rejections.get(messageId) : (rejections as Record<string, Rejection>)[messageId];
@@ -49,85 +64,127 @@ function rejectionOf(rejections: void | BatchRejections, messageId: string): Rej
 }
 
 /**
+ * The outcome of a second copy of an id inside one batch, from its first copy's final outcome:
+ * a copy of a message that was retried or dead-lettered shares that outcome; otherwise the copy is
+ * judged against the row now stored, exactly like a redelivery (so a copy matching the stored
+ * fingerprint is a duplicate even when the first copy conflicted). A duplicate of a message this
+ * batch just processed carries reason `duplicate-in-batch`, unless it already has a reason.
+ */
+function outcomeOfCopy(
+  options: ResolvedOptions<AnyPgDatabase, unknown>,
+  copy: PreparedMessage<unknown>,
+  leader: InboxOutcome,
+  stored: KnownRow | undefined,
+): InboxOutcome {
+  if (leader.status === 'retry' || leader.status === 'dead-letter' || stored === undefined) return { ...leader, messageId: copy.message.id };
+  const outcome = outcomeOfExisting(options, copy.message, copy.fingerprint, stored);
+  const justProcessed = leader.status === 'processed' || leader.status === 'rejected';
+  return outcome.status === 'duplicate' && outcome.reason === undefined && justProcessed ? { ...outcome, reason: OutcomeReasons.DUPLICATE_IN_BATCH } : outcome;
+}
+
+/**
  * Like {@link withInbox}, for batches: one transaction claims every message of the batch, runs the
- * handler once with the new ones, and commits. If that fails, the batch is split in halves and
- * each half retried, down to single messages, so one poison message is isolated (retried or
- * dead-lettered on its own) while its neighbours commit. Outcomes come back in input order.
- * A second copy of an id inside the same batch is a `duplicate` of the first (reason
- * `duplicate-in-batch`) or a `conflict` when its payload differs.
+ * handler once with the new ones, and commits. If the handler fails, the batch is split in halves
+ * and each half retried, down to single messages, so one poison message is isolated (retried or
+ * dead-lettered on its own) while its neighbours commit. A claim that times out on a concurrent copy
+ * is split the same way, waiting only briefly from then on, so one busy id leaves just itself
+ * `retry` (`in-progress`). Outcomes come back in input order.
+ * A second copy of an id inside the same batch gets the outcome its first copy earned (see
+ * `outcomeOfCopy`): `duplicate` (reason `duplicate-in-batch`) of a processed message, `conflict`
+ * when its payload differs, the same `retry` or `dead-letter` when the first copy failed.
  */
 export function withInboxBatch<TDb extends AnyPgDatabase, TPayload = unknown>(
   handler: InboxBatchHandler<TDb, TPayload>,
   options: InboxOptions<TDb, TPayload>,
 ): InboxBatchProcessor {
+  assertHandler(handler);
   const resolved = resolveOptions(options);
-  const store = new InboxStore(resolved.tables, resolved.consumer, resolved.lockTimeoutMs);
+  const store = new InboxStore(resolved.tables, resolved.consumer);
   const { consumer } = resolved;
   const general = resolved as unknown as ResolvedOptions<AnyPgDatabase, unknown>;
 
-  /** One transaction for `slots`; returns their outcomes, or throws when the transaction failed. */
-  async function runTransaction(slots: Slot<TPayload>[]): Promise<Map<number, InboxOutcome>> {
+  /** One transaction for `slots`. */
+  function runTransaction(slots: Slot<TPayload>[], lockTimeoutMs: number | null) {
     // Sorted claims take index locks in one global order, so overlapping batches cannot deadlock each other.
     const sorted = [...slots].sort((a, b) => (a.prepared.message.id < b.prepared.message.id ? -1 : 1));
     const rows = sorted.map(({ prepared: { message, fingerprint } }) => ({
       messageId: message.id, fingerprint, source: message.source, receivedAt: message.receivedAt,
     }));
-    return claimTransaction(resolved, store, rows, async (tx, claimed) => {
-      const outcomes = new Map<number, InboxOutcome>();
-      const fresh = slots.filter((slot) => claimed.has(slot.prepared.message.id));
-      const known = slots.filter((slot) => !claimed.has(slot.prepared.message.id));
-      if (known.length > 0) {
-        const existing = await store.find(tx, known.map((slot) => slot.prepared.message.id));
-        for (const { index, prepared } of known) {
-          const row = existing.get(prepared.message.id);
-          if (row === undefined) throw new Error(`inbox row of ${prepared.message.id} vanished between claim and read`);
-          outcomes.set(index, outcomeOfExisting(general, prepared.message, prepared.fingerprint, row));
-        }
-      }
-      if (fresh.length > 0) {
-        const rejections = await handler(fresh.map((slot) => slot.prepared.message), tx, { consumer });
-        for (const { index, prepared: { message } } of fresh) {
-          const rejection = rejectionOf(rejections, message.id);
-          const attempt = message.attempt ?? 1;
-          if (rejection === undefined) {
-            outcomes.set(index, { status: 'processed', messageId: message.id, consumer, attempt });
-          } else {
-            await store.markRejected(tx, message.id, rejection.reason);
-            outcomes.set(index, { status: 'rejected', messageId: message.id, consumer, reason: rejection.reason, attempt });
+    return runInboxTransaction(resolved, store, {
+      rows,
+      lockTimeoutMs,
+      body: async (tx, claimed): Promise<Committed> => {
+        const committed: Committed = { outcomes: new Map(), rows: new Map() };
+        const fresh = slots.filter((slot) => claimed.has(slot.prepared.message.id));
+        const known = slots.filter((slot) => !claimed.has(slot.prepared.message.id));
+        if (known.length > 0) {
+          const existing = await store.find(tx, known.map((slot) => slot.prepared.message.id));
+          for (const { index, prepared } of known) {
+            const row = existing.get(prepared.message.id);
+            if (row === undefined) throw new InboxStatementError('find', new Error(`inbox row of ${prepared.message.id} vanished between claim and read`));
+            committed.rows.set(prepared.message.id, row);
+            committed.outcomes.set(index, outcomeOfExisting(general, prepared.message, prepared.fingerprint, row));
           }
         }
-      }
-      return outcomes;
+        if (fresh.length > 0) {
+          const rejections = await handler(fresh.map((slot) => slot.prepared.message), tx, { consumer });
+          for (const { index, prepared: { message, fingerprint } } of fresh) {
+            const rejection = rejectionOf(rejections, message.id);
+            const attempt = message.attempt ?? 1;
+            if (rejection === undefined) {
+              committed.rows.set(message.id, { fingerprint, status: 'processed', reason: null });
+              committed.outcomes.set(index, { status: 'processed', messageId: message.id, consumer, attempt });
+            } else {
+              const reason = rejectionReason(rejection);
+              await store.markRejected(tx, message.id, reason);
+              committed.rows.set(message.id, { fingerprint, status: 'rejected', reason });
+              committed.outcomes.set(index, { status: 'rejected', messageId: message.id, consumer, reason, attempt });
+            }
+          }
+        }
+        return committed;
+      },
     });
   }
 
-  /** Processes `slots`, splitting on failure until the failing message stands alone. */
-  async function isolate(slots: Slot<TPayload>[], into: (InboxOutcome | undefined)[]): Promise<void> {
-    try {
-      for (const [index, outcome] of await runTransaction(slots)) into[index] = outcome;
+  /**
+   * Processes `slots`, splitting on a handler's failure until the failing message stands alone, and
+   * on a busy claim until the busy id stands alone (within one more `lockTimeoutMs` of waiting).
+   * An outage or a missing table is nobody's fault: splitting would only repeat it per message.
+   */
+  async function isolate(
+    slots: Slot<TPayload>[],
+    into: (InboxOutcome | undefined)[],
+    stored: Map<string, KnownRow>,
+    wait: { lockTimeoutMs: number | null; busyUntil?: number },
+  ): Promise<void> {
+    const result = await runTransaction(slots, wait.lockTimeoutMs);
+    if (result.ok) {
+      for (const [index, outcome] of result.value.outcomes) into[index] = outcome;
+      for (const [id, row] of result.value.rows) stored.set(id, row);
       return;
-    } catch (error) {
-      const cause = error instanceof ClaimFailure ? error.original : error;
-      // An outage or a lock wait is nobody's fault: splitting would only repeat it per message.
-      const kind = classifyDatabaseError(cause);
-      const notTheMessagesFault = kind === 'unavailable' || (error instanceof ClaimFailure && kind !== undefined);
-      if (slots.length === 1 || notTheMessagesFault) {
-        for (const { index, prepared } of slots) into[index] = await outcomeOfFailure(general, store, prepared.message, error);
-        return;
-      }
-      const middle = Math.ceil(slots.length / 2);
-      // In order, so a partition-ordered broker (Kafka) sees earlier messages settled first.
-      await isolate(slots.slice(0, middle), into);
-      await isolate(slots.slice(middle), into);
     }
+    const { failure } = result;
+    if (failure.kind === 'busy' && wait.busyUntil === undefined) {
+      wait.busyUntil = Date.now() + (resolved.lockTimeoutMs ?? SPLIT_LOCK_WAIT_MS);
+      if (wait.lockTimeoutMs !== null) wait.lockTimeoutMs = Math.min(wait.lockTimeoutMs, SPLIT_LOCK_WAIT_MS);
+    }
+    const split = isCounted(failure) || (failure.kind === 'busy' && Date.now() < wait.busyUntil!);
+    if (slots.length === 1 || !split) {
+      for (const { index, prepared } of slots) into[index] = await outcomeOfFailure(general, store, prepared.message, failure);
+      return;
+    }
+    const middle = Math.ceil(slots.length / 2);
+    // In order, so a partition-ordered broker (Kafka) sees earlier messages settled first.
+    await isolate(slots.slice(0, middle), into, stored, wait);
+    await isolate(slots.slice(middle), into, stored, wait);
   }
 
-  const processor = async (deliveries: readonly InboxMessage[]): Promise<InboxOutcome[]> => {
-    const outcomes: (InboxOutcome | undefined)[] = new Array(deliveries.length);
+  async function process(deliveries: readonly InboxMessage[], outcomes: (InboxOutcome | undefined)[]): Promise<void> {
     const leaders = new Map<string, Slot<TPayload>>();
     const copies: Slot<TPayload>[] = [];
-    deliveries.forEach((delivery, index) => {
-      const prepared = prepareMessage(resolved, delivery);
+    for (const [index, delivery] of deliveries.entries()) {
+      const prepared = await prepareMessage(resolved, delivery);
       if (isOutcome(prepared)) {
         outcomes[index] = prepared;
       } else if (leaders.has(prepared.message.id)) {
@@ -135,16 +192,23 @@ export function withInboxBatch<TDb extends AnyPgDatabase, TPayload = unknown>(
       } else {
         leaders.set(prepared.message.id, { index, prepared });
       }
-    });
-    if (leaders.size > 0) await isolate([...leaders.values()], outcomes);
+    }
+    const stored = new Map<string, KnownRow>();
+    if (leaders.size > 0) await isolate([...leaders.values()], outcomes, stored, { lockTimeoutMs: resolved.lockTimeoutMs });
     for (const { index, prepared } of copies) {
       const leader = leaders.get(prepared.message.id)!;
-      const outcome = outcomeOfExisting(general, prepared.message, prepared.fingerprint, {
-        fingerprint: leader.prepared.fingerprint,
-        status: 'processed',
-        reason: null,
-      });
-      outcomes[index] = outcome.status === 'duplicate' ? { ...outcome, reason: OutcomeReasons.DUPLICATE_IN_BATCH } : outcome;
+      outcomes[index] = outcomeOfCopy(general, prepared as PreparedMessage<unknown>, outcomes[leader.index]!, stored.get(prepared.message.id));
+    }
+  }
+
+  const processor = async (deliveries: readonly InboxMessage[]): Promise<InboxOutcome[]> => {
+    if (!Array.isArray(deliveries)) throw new InboxError(InboxErrorCodes.INVALID_OPTIONS, 'a batch processor takes an array of messages');
+    const outcomes: (InboxOutcome | undefined)[] = new Array(deliveries.length);
+    try {
+      await process(deliveries, outcomes);
+    } catch (error) {
+      // Outcomes already decided (some sub-batches may have committed) are kept; only the rest are retried.
+      for (let index = 0; index < deliveries.length; index++) outcomes[index] ??= internalFailure(general, deliveries[index], error);
     }
     return outcomes as InboxOutcome[];
   };

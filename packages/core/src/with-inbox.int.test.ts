@@ -163,11 +163,29 @@ describe.each(DRIVERS)('withInbox on %s', (driver) => {
     expect(await inboxRows()).toEqual([]);
   });
 
-  it('a broker-reported attempt count above the durable one is honoured', async () => {
+  it('attempts are the durable count of handler failures: a broker count inflated by outage redeliveries does not dead-letter', async () => {
+    let fail = true;
+    const { process } = processor(vi.fn(async (message: InboxMessage, tx: any) => {
+      if (fail) throw new Error('broken');
+      await tx.insert(t.effects).values({ messageId: message.id });
+    }), { maxAttempts: 3 });
+    // SQS says this is the 7th receive (six of them redeliveries during a database outage).
+    expect(await process({ id: 'm-8', payload: {}, attempt: 7 })).toMatchObject({ status: 'retry', reason: 'handler-failed', attempt: 1 });
+    fail = false;
+    expect(await process({ id: 'm-8', payload: {}, attempt: 8 })).toMatchObject({ status: 'processed' });
+    expect(await t.countEffects('m-8')).toBe(1);
+  });
+
+  it("the broker's count is the fallback only when the attempt cannot be recorded for another reason than an outage", async () => {
+    // Every new attempts row now violates a constraint: the ledger cannot be written, the database is up.
+    await t.query(`alter table "${t.schema}".inbox_attempts add constraint no_writes check (attempts < 0) not valid`);
     const { process } = processor(vi.fn(async () => {
       throw new Error('broken');
     }), { maxAttempts: 3 });
-    expect(await process({ id: 'm-8', payload: {}, attempt: 3 })).toMatchObject({ status: 'dead-letter', reason: 'max-attempts-exceeded' });
+    const early = await process({ id: 'm-8b', payload: {}, attempt: 1 });
+    expect(early).toMatchObject({ status: 'retry', reason: 'handler-failed', attempt: 1 });
+    expect(early.error?.message).toMatch(/could not be recorded/);
+    expect(await process({ id: 'm-8b', payload: {}, attempt: 3 })).toMatchObject({ status: 'dead-letter', reason: 'max-attempts-exceeded', attempt: 3 });
   });
 
   it('a PermanentError or a validation error dead-letters at once', async () => {

@@ -1,8 +1,9 @@
-import { outcomeOfFailure } from './failure.js';
-import { InboxStore } from './inbox-store.js';
-import { resolveOptions, type InboxOptions } from './options.js';
+import { internalFailure, outcomeOfFailure } from './failure.js';
+import { InboxStatementError, InboxStore } from './inbox-store.js';
+import { assertHandler, resolveOptions, type InboxOptions, type ResolvedOptions } from './options.js';
 import { isOutcome, outcomeOfExisting, prepareMessage } from './prepare.js';
-import { claimTransaction } from './transaction.js';
+import { rejectionReason } from './rejection.js';
+import { runInboxTransaction } from './transaction.js';
 import {
   isRejection,
   type AnyPgDatabase,
@@ -42,34 +43,40 @@ export function withInbox<TDb extends AnyPgDatabase, TPayload = unknown>(
   handler: InboxHandler<TDb, TPayload>,
   options: InboxOptions<TDb, TPayload>,
 ): InboxProcessor {
+  assertHandler(handler);
   const resolved = resolveOptions(options);
-  const store = new InboxStore(resolved.tables, resolved.consumer, resolved.lockTimeoutMs);
+  const general = resolved as unknown as ResolvedOptions<AnyPgDatabase, unknown>;
+  const store = new InboxStore(resolved.tables, resolved.consumer);
   const { consumer } = resolved;
 
-  const processor = async (delivery: InboxMessage): Promise<InboxOutcome> => {
-    const prepared = prepareMessage(resolved, delivery);
+  async function process(delivery: InboxMessage): Promise<InboxOutcome> {
+    const prepared = await prepareMessage(resolved, delivery);
     if (isOutcome(prepared)) return prepared;
     const { message, fingerprint } = prepared;
     const context: HandlerContext = { consumer, attempt: message.attempt ?? 1 };
     const row = { messageId: message.id, fingerprint, source: message.source, receivedAt: message.receivedAt };
-    try {
-      return await claimTransaction(resolved, store, [row], async (tx, claimed) => {
+    const result = await runInboxTransaction(resolved, store, {
+      rows: [row],
+      lockTimeoutMs: resolved.lockTimeoutMs,
+      body: async (tx, claimed): Promise<InboxOutcome> => {
         if (!claimed.has(message.id)) {
           const existing = (await store.find(tx, [message.id])).get(message.id);
           // Gone between the conflict and the read: only retention could do that. Let the broker retry.
-          if (existing === undefined) throw new Error('inbox row vanished between claim and read');
-          return outcomeOfExisting(resolved, message, fingerprint, existing);
+          if (existing === undefined) throw new InboxStatementError('find', new Error('inbox row vanished between claim and read'));
+          return outcomeOfExisting(general, message, fingerprint, existing);
         }
-        const result = await handler(message, tx, context);
-        if (isRejection(result)) {
-          await store.markRejected(tx, message.id, result.reason);
-          return { status: 'rejected', messageId: message.id, consumer, reason: result.reason, attempt: context.attempt } satisfies InboxOutcome;
+        const returned = await handler(message, tx, context);
+        if (isRejection(returned)) {
+          const reason = rejectionReason(returned);
+          await store.markRejected(tx, message.id, reason);
+          return { status: 'rejected', messageId: message.id, consumer, reason, attempt: context.attempt };
         }
-        return { status: 'processed', messageId: message.id, consumer, attempt: context.attempt } satisfies InboxOutcome;
-      });
-    } catch (error) {
-      return outcomeOfFailure(resolved, store, message, error);
-    }
-  };
+        return { status: 'processed', messageId: message.id, consumer, attempt: context.attempt };
+      },
+    });
+    return result.ok ? result.value : outcomeOfFailure(general, store, message, result.failure);
+  }
+
+  const processor = (delivery: InboxMessage): Promise<InboxOutcome> => process(delivery).catch((error: unknown) => internalFailure(general, delivery, error));
   return Object.assign(processor, { kind: 'single' as const, consumer });
 }

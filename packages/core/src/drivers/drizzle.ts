@@ -1,0 +1,83 @@
+import { classifyDatabaseError } from '../database-errors.js';
+import type { InboxStore } from '../inbox-store.js';
+import type { ResolvedOptions } from '../options.js';
+import { bodyFailure, brokenConnectionFailure, claimFailure, completionFailure } from '../transaction-failures.js';
+import type { TransactionPlan, TransactionResult } from '../transaction.js';
+import type { AnyPgDatabase, TransactionOf } from '../types.js';
+
+/** Carries a failure of one of the inbox's own steps out of Drizzle's transaction callback. */
+class StepFailure extends Error {
+  constructor(
+    readonly step: 'claim' | 'verify',
+    readonly original: unknown,
+  ) {
+    super(`inbox ${step} failed`, { cause: original });
+  }
+}
+
+/**
+ * @internal Every driver but node-postgres (postgres-js, PGlite): Drizzle's own transaction, with
+ * the claim as its first statements and the completion check as its last. How the transaction ended
+ * is read from where it failed:
+ * - before the claim answered: BEGIN or the connection failed, so an outage;
+ * - in the body: when the rejection is the very error the body threw, ROLLBACK went through and the
+ *   connection is fine, so it is the handler's failure; anything else came from ROLLBACK (a dead
+ *   connection) or from the driver's record of an earlier failed statement (postgres-js rethrows the
+ *   first error of the transaction);
+ * - after the check passed: COMMIT failed.
+ */
+export async function drizzleTransaction<TDb extends AnyPgDatabase, T>(
+  options: ResolvedOptions<TDb, unknown>,
+  store: InboxStore,
+  plan: TransactionPlan<TDb, T>,
+): Promise<TransactionResult<T>> {
+  const config = options.isolationLevel === undefined ? undefined : { isolationLevel: options.isolationLevel };
+  // Written inside the callback: declared with `as` so TypeScript does not narrow them to their initial values.
+  let step = 'begin' as 'begin' | 'claim' | 'body' | 'verify' | 'commit';
+  let thrownByBody = undefined as { error: unknown } | undefined;
+  try {
+    const value = (await options.db.transaction((async (tx: TransactionOf<TDb>) => {
+      step = 'claim';
+      let claimed: Set<string>;
+      try {
+        claimed = await store.claim(tx, plan.rows, plan.lockTimeoutMs);
+      } catch (error) {
+        throw new StepFailure('claim', error);
+      }
+      step = 'body';
+      let result: T;
+      try {
+        result = await plan.body(tx, claimed);
+      } catch (error) {
+        thrownByBody = { error };
+        throw error;
+      }
+      if (claimed.size > 0) {
+        step = 'verify';
+        try {
+          await store.verify(tx, [...claimed]);
+        } catch (error) {
+          throw new StepFailure('verify', error);
+        }
+      }
+      step = 'commit';
+      return result;
+    }) as never, config as never)) as T;
+    return { ok: true, value };
+  } catch (error) {
+    if (error instanceof StepFailure) {
+      return { ok: false, failure: error.step === 'claim' ? claimFailure(error.original) : completionFailure(error.original) };
+    }
+    switch (step) {
+      case 'begin':
+      case 'claim':
+        return { ok: false, failure: claimFailure(error) };
+      case 'body':
+        if (thrownByBody !== undefined && error === thrownByBody.error) return { ok: false, failure: bodyFailure(error) };
+        return { ok: false, failure: classifyDatabaseError(error) === 'unavailable' ? brokenConnectionFailure(thrownByBody?.error, error) : bodyFailure(error) };
+      default:
+        // A check failure replaced by a failed ROLLBACK, or COMMIT itself failing.
+        return { ok: false, failure: completionFailure(error) };
+    }
+  }
+}

@@ -1,0 +1,153 @@
+import type { InboxStore } from '../inbox-store.js';
+import type { ResolvedOptions } from '../options.js';
+import { bodyFailure, brokenConnectionFailure, claimFailure, completionFailure, type TransactionFailure } from '../transaction-failures.js';
+import type { AnyPgDatabase, TransactionOf } from '../types.js';
+import type { TransactionPlan, TransactionResult } from '../transaction.js';
+
+interface PgPoolClient {
+  query(text: string): Promise<unknown>;
+  escapeLiteral(value: string): string;
+  on(event: 'error', listener: (error: unknown) => void): unknown;
+  removeListener(event: 'error', listener: (error: unknown) => void): unknown;
+  release(destroy?: unknown): void;
+}
+
+/** @internal A node-postgres `Pool` behind a Drizzle database. */
+export interface NodePgTarget {
+  pool: { connect(): Promise<PgPoolClient> };
+  session: { dialect: unknown; schema: unknown; options: unknown };
+}
+
+/** @internal The node-postgres `Pool` behind a Drizzle database, duck-typed so core loads no driver it does not need. */
+export function nodePostgresTarget(db: unknown): NodePgTarget | undefined {
+  const { $client: pool, session } = db as { $client?: { connect?: unknown; totalCount?: unknown }; session?: Record<string, unknown> };
+  if (typeof pool?.connect !== 'function' || typeof pool.totalCount !== 'number') return undefined;
+  if (session === undefined || !('dialect' in session) || !('options' in session)) return undefined;
+  return { pool: pool as NodePgTarget['pool'], session: session as NodePgTarget['session'] };
+}
+
+/**
+ * @internal True for a Drizzle database over one node-postgres `Client` (or a checked-out
+ * `PoolClient`) rather than a `Pool`. One connection holds one transaction at a time: concurrent
+ * deliveries would run inside each other's transaction, and one's ROLLBACK would discard another's
+ * effect already reported `processed`. A single client also never reconnects.
+ */
+export function isSingleNodePgClient(db: unknown): boolean {
+  const client = (db as { $client?: { escapeLiteral?: unknown; query?: unknown; totalCount?: unknown } } | null)?.$client;
+  return typeof client === 'object' && client !== null && typeof client.escapeLiteral === 'function' && typeof client.query === 'function' && typeof client.totalCount !== 'number';
+}
+
+let nodePgModule: Promise<typeof import('drizzle-orm/node-postgres')> | undefined;
+
+/** Result sets of a (possibly multi-statement) simple query. */
+function resultsOf(result: unknown): { command?: string; rows: unknown[] }[] {
+  return (Array.isArray(result) ? result : [result]) as { command?: string; rows: unknown[] }[];
+}
+
+/** ROLLBACK, reporting instead of throwing when it fails (the connection is then unusable). */
+async function rollback(client: PgPoolClient): Promise<unknown> {
+  try {
+    await client.query('rollback');
+    return undefined;
+  } catch (error) {
+    return error;
+  }
+}
+
+/**
+ * The client the handler's Drizzle transaction talks through: the same connection, but it remembers
+ * the first statement that failed, so a handler that swallowed that failure is told which one it was.
+ */
+function observedClient(client: PgPoolClient, onFailure: (error: unknown) => void): PgPoolClient {
+  const observed = Object.create(client) as PgPoolClient;
+  observed.query = ((...args: unknown[]) => {
+    const result = (client.query as (...a: unknown[]) => unknown).apply(client, args);
+    if (typeof (result as Promise<unknown> | undefined)?.then === 'function') (result as Promise<unknown>).then(undefined, onFailure);
+    return result;
+  }) as PgPoolClient['query'];
+  return observed;
+}
+
+/**
+ * @internal The node-postgres path: we check out the client and send BEGIN, the bounded claim and
+ * the wait's undo as one simple-protocol query, and the completion check with COMMIT as another, so
+ * the inbox adds no round trip to a bare transaction (BEGIN+claim, handler, check+COMMIT vs BEGIN,
+ * handler, COMMIT). Owning the client also fixes two ways a dropped connection hurt Drizzle's pool
+ * transaction:
+ * - it sends BEGIN before its try/finally, so a BEGIN failing on a dead connection leaks the client;
+ *   a few such leaks wedge the pool for good;
+ * - node-postgres emits `error` on a checked-out client whose connection drops between queries, and
+ *   pg-pool removes its listener during checkout: unhandled, it kills the process. The error is not
+ *   lost: it marks the connection broken, and the pending query or COMMIT fails with it.
+ * A client that broke, or whose transaction the handler ended itself, is released with an error so
+ * the pool destroys it instead of handing its session state to the next message.
+ */
+export async function nodePostgresTransaction<TDb extends AnyPgDatabase, T>(
+  target: NodePgTarget,
+  options: ResolvedOptions<TDb, unknown>,
+  store: InboxStore,
+  plan: TransactionPlan<TDb, T>,
+): Promise<TransactionResult<T>> {
+  const { NodePgSession, NodePgTransaction } = await (nodePgModule ??= import('drizzle-orm/node-postgres'));
+  let client: PgPoolClient;
+  try {
+    client = await target.pool.connect();
+  } catch (error) {
+    return { ok: false, failure: { kind: 'outage', error } };
+  }
+  let connectionProblem: unknown;
+  const onError = (error: unknown) => void (connectionProblem ??= error);
+  client.on('error', onError);
+  let failure: TransactionFailure | undefined;
+  try {
+    const quote = (value: string) => client.escapeLiteral(value);
+    const begin = options.isolationLevel === undefined ? 'begin' : `begin isolation level ${options.isolationLevel}`;
+    const wait = plan.lockTimeoutMs;
+    const claim = store.claimText(plan.rows, quote);
+    let claimed: Set<string>;
+    try {
+      const text = wait === null ? `${begin}; ${claim}` : `${begin}; ${store.boundLockWaitText(wait)}; ${claim}; ${store.restoreLockWaitText()}`;
+      const results = resultsOf(await client.query(text));
+      claimed = new Set((results[wait === null ? 1 : 2]!.rows as { message_id: string }[]).map((r) => r.message_id));
+    } catch (error) {
+      const problem = (await rollback(client)) ?? connectionProblem;
+      failure = problem !== undefined ? { kind: 'outage', error } : claimFailure(error);
+      return { ok: false, failure };
+    }
+
+    let firstFailure: unknown;
+    const { session } = target;
+    const handlerClient = observedClient(client, (error) => void (firstFailure ??= error));
+    const clientSession = new NodePgSession(handlerClient as never, session.dialect as never, session.schema as never, session.options as never);
+    const tx = new NodePgTransaction(session.dialect as never, clientSession, session.schema as never);
+    let value: T;
+    try {
+      value = await plan.body(tx as TransactionOf<TDb>, claimed);
+    } catch (error) {
+      // A dead connection rolls back on the server anyway; a failed ROLLBACK tells us it is dead.
+      const problem = (await rollback(client)) ?? connectionProblem;
+      failure = bodyFailure(error, problem);
+      return { ok: false, failure };
+    }
+
+    try {
+      const ids = [...claimed];
+      const text = ids.length === 0 ? 'commit' : `${store.verifyText(ids, quote)}; commit`;
+      const results = resultsOf(await client.query(text));
+      // PostgreSQL answers COMMIT in an aborted transaction with the tag ROLLBACK and no error.
+      if (results[results.length - 1]?.command === 'ROLLBACK') {
+        failure = { kind: 'aborted', error: new Error('COMMIT was answered with ROLLBACK'), firstFailure };
+        return { ok: false, failure };
+      }
+    } catch (error) {
+      const problem = (await rollback(client)) ?? connectionProblem;
+      failure = problem !== undefined ? brokenConnectionFailure(error, problem) : completionFailure(error, firstFailure);
+      return { ok: false, failure };
+    }
+    return { ok: true, value };
+  } finally {
+    client.removeListener('error', onError);
+    const discard = connectionProblem ?? (failure?.kind === 'outage' || failure?.kind === 'ended' ? (failure.error ?? new Error('discarded')) : undefined);
+    client.release(discard);
+  }
+}

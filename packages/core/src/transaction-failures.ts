@@ -1,0 +1,127 @@
+import { classifyDatabaseError, isIdleInTransactionTimeout, isInFailedTransaction } from './database-errors.js';
+import { describeError } from './error-text.js';
+import { CLAIM_LOST_MARKER, InboxStatementError } from './inbox-store.js';
+
+/**
+ * @internal Why an inbox transaction did not commit. The rule that decides the kind: the inbox's
+ * own statements (claim, lookups, completion check) and its connection are infrastructure; what the
+ * handler threw is the handler's, whatever its cause chain says (a handler's `fetch` refused with
+ * ECONNREFUSED is not a database outage). Only `counted` kinds add to a message's attempts.
+ */
+export type TransactionFailure =
+  /** The inbox's connection or database is unavailable. Not counted. */
+  | { kind: 'outage'; error: unknown }
+  /** The claim waited longer than its lock timeout on a concurrent copy. Not counted. */
+  | { kind: 'busy'; error: unknown }
+  /** The inbox tables are missing (or lack a column). Not counted. */
+  | { kind: 'table-missing'; error: unknown }
+  /** An inbox statement failed otherwise (permissions, a changed table). Not counted. */
+  | { kind: 'inbox-query'; error: unknown }
+  /** Serialization failures or deadlocks outlasted the transparent re-runs; `counted` when the handler's own statements kept hitting them. */
+  | { kind: 'conflict'; error: unknown; counted: boolean }
+  /** The handler threw, or COMMIT refused the handler's writes. Counted. */
+  | { kind: 'handler'; error: unknown }
+  /** A handler statement failed and the handler carried on: PostgreSQL aborted the transaction. Counted. */
+  | { kind: 'aborted'; error: unknown; firstFailure: unknown }
+  /** The handler ended the transaction itself or removed its inbox row. Counted. */
+  | { kind: 'ended'; error: unknown };
+
+/** @internal True for failures that count as a failed attempt of the message. */
+export function isCounted(failure: TransactionFailure): boolean {
+  switch (failure.kind) {
+    case 'handler':
+    case 'aborted':
+    case 'ended':
+      return true;
+    case 'conflict':
+      return failure.counted;
+    default:
+      return false;
+  }
+}
+
+/** @internal The claim statement (or the BEGIN/connect before it) failed: never the message's fault. */
+export function claimFailure(error: unknown): TransactionFailure {
+  switch (classifyDatabaseError(error)) {
+    case 'transient-conflict':
+      return { kind: 'conflict', error, counted: false };
+    case 'lock-timeout':
+      return { kind: 'busy', error };
+    case 'schema-missing':
+      return { kind: 'table-missing', error };
+    case 'unavailable':
+      return { kind: 'outage', error };
+    default:
+      return { kind: 'inbox-query', error };
+  }
+}
+
+/**
+ * @internal The body (handler, plus the lookups and rejection update around it) threw `error`.
+ * `connectionProblem` is what broke the inbox connection meanwhile, if anything: a failed ROLLBACK
+ * or the driver's `error` event. A broken connection is an outage, unless PostgreSQL closed it
+ * because the handler held the transaction idle too long.
+ */
+export function bodyFailure(error: unknown, connectionProblem?: unknown): TransactionFailure {
+  if (error instanceof InboxStatementError) {
+    if (isInFailedTransaction(error.original)) return { kind: 'aborted', error: error.original, firstFailure: undefined };
+    const kind = claimFailure(error.original);
+    return kind.kind === 'busy' ? { kind: 'inbox-query', error: error.original } : kind;
+  }
+  if (connectionProblem !== undefined) return brokenConnectionFailure(error, connectionProblem);
+  if (classifyDatabaseError(error) === 'transient-conflict') return { kind: 'conflict', error, counted: true };
+  return { kind: 'handler', error };
+}
+
+/**
+ * @internal The inbox connection broke while `error` happened: an outage, unless PostgreSQL closed
+ * the session because the handler held the transaction idle longer than
+ * `idle_in_transaction_session_timeout`, which is the handler's doing and is counted.
+ */
+export function brokenConnectionFailure(error: unknown, connectionProblem: unknown): TransactionFailure {
+  if (isIdleInTransactionTimeout(connectionProblem) || isIdleInTransactionTimeout(error)) return { kind: 'handler', error };
+  return { kind: 'outage', error: connectionProblem };
+}
+
+/**
+ * @internal The completion check or COMMIT failed. `firstFailure` is the first handler statement
+ * that failed on this connection, when the driver lets us see it.
+ */
+export function completionFailure(error: unknown, firstFailure?: unknown): TransactionFailure {
+  if (isInFailedTransaction(error)) return { kind: 'aborted', error, firstFailure };
+  if (isClaimLost(error)) return { kind: 'ended', error };
+  switch (classifyDatabaseError(error)) {
+    case 'transient-conflict':
+      return { kind: 'conflict', error, counted: true };
+    case 'unavailable':
+      // The COMMIT may or may not have landed; the redelivery finds out (duplicate or processed).
+      return { kind: 'outage', error };
+    default:
+      // A deferred constraint of the handler's writes, checked at COMMIT.
+      return { kind: 'handler', error };
+  }
+}
+
+/** @internal True when the completion check found the claimed rows gone (see `InboxStore.verify`). */
+export function isClaimLost(error: unknown): boolean {
+  for (let link = error, depth = 0; typeof link === 'object' && link !== null && depth < 8; depth++) {
+    const message = (link as { message?: unknown }).message;
+    if (typeof message === 'string' && message.includes(CLAIM_LOST_MARKER)) return true;
+    link = (link as { cause?: unknown }).cause;
+  }
+  return false;
+}
+
+/** @internal One line on what went wrong, for the outcome's error message. */
+export function describeFailure(failure: TransactionFailure): string {
+  switch (failure.kind) {
+    case 'aborted':
+      return failure.firstFailure === undefined
+        ? 'a statement of the handler failed and the handler carried on; PostgreSQL aborted the transaction, so none of it committed (do not catch database errors inside the handler, or use tx.transaction() for a savepoint)'
+        : `a statement of the handler failed and the handler carried on (${describeError(failure.firstFailure)}); PostgreSQL aborted the transaction, so none of it committed (do not catch database errors inside the handler, or use tx.transaction() for a savepoint)`;
+    case 'ended':
+      return 'the handler ended the inbox transaction itself (COMMIT or ROLLBACK) or removed its inbox row; writes it made after that ran outside the inbox';
+    default:
+      return describeError(failure.error);
+  }
+}

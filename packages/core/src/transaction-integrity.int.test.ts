@@ -1,0 +1,177 @@
+import { DRIVERS, createTestDatabase, databaseUrl, type TestDatabase } from '@inboxed/test-support';
+import { sql } from 'drizzle-orm';
+import { drizzle as drizzleNodePg } from 'drizzle-orm/node-postgres';
+import pg from 'pg';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { InboxErrorCodes } from './errors.js';
+import { migrate } from './migrations/migrate.js';
+import { reject, type InboxMessage } from './types.js';
+import { withInbox } from './with-inbox.js';
+import { withInboxBatch } from './with-inbox-batch.js';
+
+// `processed` and `rejected` must mean "the claim row and the handler's writes committed". These
+// handlers break the transaction in the ways real code does (a caught failing statement) and
+// hostile code does (raw ROLLBACK/COMMIT); the outcome is checked against the database's real state.
+describe.each(DRIVERS)('transaction integrity on %s', (driver) => {
+  let t: TestDatabase;
+  beforeEach(async () => {
+    t = await createTestDatabase(driver, { poolSize: 4 });
+    await migrate(t.db, { schema: t.schema });
+  });
+  afterEach(async () => {
+    await t.close();
+  });
+
+  const inboxIds = async () => (await t.query<{ message_id: string }>(`select message_id from "${t.schema}".inbox order by 1`)).map((r) => r.message_id);
+  const attempts = () => t.query<{ message_id: string; attempts: number; last_error_code: string }>(
+    `select message_id, attempts, last_error_code from "${t.schema}".inbox_attempts order by 1`,
+  );
+  const options = (extra: Record<string, unknown> = {}) => ({ db: t.db, consumer: 'c', tables: { schema: t.schema }, backoff: { baseDelayMs: 1 }, ...extra });
+
+  /** The everyday "insert, ignore the unique violation" pattern: PostgreSQL aborts the whole transaction anyway. */
+  async function insertIgnoringDuplicate(tx: any, messageId: string) {
+    await tx.insert(t.effects).values({ id: 1, messageId });
+    try {
+      await tx.insert(t.effects).values({ id: 1, messageId });
+    } catch {
+      // "already there, fine"
+    }
+  }
+
+  it('a handler that swallows a failed statement is a counted failure (TRANSACTION_ABORTED), then dead-lettered; nothing commits', async () => {
+    const process = withInbox(async (message: InboxMessage, tx: any) => insertIgnoringDuplicate(tx, message.id), options({ maxAttempts: 2 }));
+    const first = await process({ id: 'swallow', payload: {} });
+    expect(first).toMatchObject({ status: 'retry', reason: 'handler-failed', attempt: 1 });
+    expect(first.error?.code).toBe(InboxErrorCodes.TRANSACTION_ABORTED);
+    expect(await inboxIds()).toEqual([]);
+    expect(await t.countEffects()).toBe(0);
+    const second = await process({ id: 'swallow', payload: {} });
+    expect(second).toMatchObject({ status: 'dead-letter', reason: 'max-attempts-exceeded', attempt: 2 });
+    expect(await attempts()).toEqual([{ message_id: 'swallow', attempts: 2, last_error_code: InboxErrorCodes.TRANSACTION_ABORTED }]);
+    expect(await inboxIds()).toEqual([]);
+  });
+
+  it('a handler that swallows a failure and then rejects is not recorded as rejected', async () => {
+    const process = withInbox(async (message: InboxMessage, tx: any) => {
+      await insertIgnoringDuplicate(tx, message.id);
+      return reject('declined');
+    }, options());
+    const outcome = await process({ id: 'swallow-reject', payload: {} });
+    expect(outcome).toMatchObject({ status: 'retry', reason: 'handler-failed' });
+    expect(outcome.error?.code).toBe(InboxErrorCodes.TRANSACTION_ABORTED);
+    expect(await inboxIds()).toEqual([]);
+  });
+
+  it('a handler that sends ROLLBACK itself, then writes more, is a counted failure (TRANSACTION_ENDED); the claim is gone', async () => {
+    const process = withInbox(async (message: InboxMessage, tx: any) => {
+      await tx.insert(t.effects).values({ messageId: message.id, value: 'before' });
+      await tx.execute(sql`rollback`);
+      await tx.insert(t.effects).values({ messageId: message.id, value: 'after' }); // outside any transaction now
+    }, options({ maxAttempts: 2 }));
+    const first = await process({ id: 'rollback', payload: {} });
+    expect(first).toMatchObject({ status: 'retry', reason: 'handler-failed', attempt: 1 });
+    expect(first.error?.code).toBe(InboxErrorCodes.TRANSACTION_ENDED);
+    expect(await inboxIds()).toEqual([]);
+    // The write after the handler's own ROLLBACK escaped the inbox: documented, and visible here.
+    expect(await t.query(`select value from "${t.schema}".effects`)).toEqual([{ value: 'after' }]);
+    expect(await process({ id: 'rollback', payload: {} })).toMatchObject({ status: 'dead-letter', reason: 'max-attempts-exceeded' });
+  });
+
+  it('a handler that sends COMMIT itself is a counted failure (TRANSACTION_ENDED); what it committed is then a duplicate', async () => {
+    const process = withInbox(async (message: InboxMessage, tx: any) => {
+      await tx.insert(t.effects).values({ messageId: message.id, value: 'before' });
+      await tx.execute(sql`commit`);
+      await tx.insert(t.effects).values({ messageId: message.id, value: 'after' });
+    }, options());
+    const first = await process({ id: 'commit', payload: {} });
+    expect(first).toMatchObject({ status: 'retry', reason: 'handler-failed', attempt: 1 });
+    expect(first.error?.code).toBe(InboxErrorCodes.TRANSACTION_ENDED);
+    expect(await attempts()).toEqual([{ message_id: 'commit', attempts: 1, last_error_code: InboxErrorCodes.TRANSACTION_ENDED }]);
+    // The handler's COMMIT made the claim permanent: the redelivery must not apply the effect again.
+    expect(await process({ id: 'commit', payload: {} })).toMatchObject({ status: 'duplicate' });
+    expect(await t.countEffects()).toBe(2);
+  });
+
+  it('a handler that deletes its own inbox row cannot make the effect commit without it', async () => {
+    const process = withInbox(async (message: InboxMessage, tx: any) => {
+      await tx.insert(t.effects).values({ messageId: message.id });
+      await tx.execute(sql.raw(`delete from "${t.schema}".inbox`));
+    }, options());
+    const outcome = await process({ id: 'delete', payload: {} });
+    expect(outcome.error?.code).toBe(InboxErrorCodes.TRANSACTION_ENDED);
+    expect(await t.countEffects()).toBe(0);
+  });
+
+  it('a failure caught inside a nested transaction (savepoint) is fine: processed', async () => {
+    const process = withInbox(async (message: InboxMessage, tx: any) => {
+      await tx.insert(t.effects).values({ id: 1, messageId: message.id });
+      await tx.transaction(async (nested: any) => nested.insert(t.effects).values({ id: 1, messageId: message.id })).catch(() => {});
+    }, options());
+    expect(await process({ id: 'savepoint', payload: {} })).toMatchObject({ status: 'processed' });
+    expect(await inboxIds()).toEqual(['savepoint']);
+    expect(await t.countEffects()).toBe(1);
+  });
+
+  it('withInboxBatch: a swallowed failure for one message isolates it; its neighbours commit', async () => {
+    const process = withInboxBatch(async (messages: InboxMessage[], tx: any) => {
+      await tx.insert(t.effects).values(messages.map((m) => ({ messageId: m.id })));
+      if (messages.some((m) => m.id === 'b')) await tx.execute(sql`select 1/0`).catch(() => {});
+    }, options());
+    const outcomes = await process(['a', 'b', 'c'].map((id) => ({ id, payload: {} })));
+    expect(outcomes.map((o) => [o.messageId, o.status, o.error?.code])).toEqual([
+      ['a', 'processed', undefined],
+      ['b', 'retry', InboxErrorCodes.TRANSACTION_ABORTED],
+      ['c', 'processed', undefined],
+    ]);
+    expect(await inboxIds()).toEqual(['a', 'c']);
+    expect(await t.countEffects()).toBe(2);
+  });
+
+  it('withInboxBatch: a handler that sends ROLLBACK is a counted failure for every message, none recorded as processed', async () => {
+    const process = withInboxBatch(async (_messages: InboxMessage[], tx: any) => {
+      await tx.execute(sql`rollback`);
+    }, options());
+    const outcomes = await process(['a', 'b'].map((id) => ({ id, payload: {} })));
+    expect(outcomes.map((o) => [o.status, o.error?.code])).toEqual([
+      ['retry', InboxErrorCodes.TRANSACTION_ENDED],
+      ['retry', InboxErrorCodes.TRANSACTION_ENDED],
+    ]);
+    expect(await inboxIds()).toEqual([]);
+  });
+
+  it('one connection, many deliveries: one delivery rolling back never discards another one reported processed', async () => {
+    // A pool of one (or PGlite, one session by nature) shared by 20 concurrent deliveries.
+    const single = await createTestDatabase(driver, { poolSize: 1 });
+    try {
+      await migrate(single.db, { schema: single.schema });
+      const process = withInbox(async (message: InboxMessage, tx: any) => {
+        await tx.insert(single.effects).values({ messageId: message.id });
+        await new Promise((r) => setTimeout(r, 2));
+        if (Number(message.id.slice(2)) % 2 === 1) throw new Error('odd ones fail');
+      }, { db: single.db, consumer: 'c', tables: { schema: single.schema }, backoff: { baseDelayMs: 1 } });
+      const ids = Array.from({ length: 20 }, (_, i) => `m-${i}`);
+      const outcomes = await Promise.all(ids.map((id) => process({ id, payload: {} })));
+      const processed = outcomes.filter((o) => o.status === 'processed').map((o) => o.messageId).sort();
+      expect(processed).toEqual(ids.filter((_, i) => i % 2 === 0).sort());
+      expect(outcomes.filter((o) => o.status === 'retry')).toHaveLength(10);
+      for (const id of processed) expect(await single.countEffects(id)).toBe(1);
+      expect(await single.countEffects()).toBe(10);
+      const counted = await single.query<{ n: number }>(`select count(*)::int as n from "${single.schema}".inbox_attempts where attempts = 1`);
+      expect(counted).toEqual([{ n: 10 }]);
+    } finally {
+      await single.close();
+    }
+  });
+});
+
+describe('a single node-postgres Client', () => {
+  it('is refused at withInbox time with INVALID_OPTIONS naming the fix (concurrent deliveries would share one transaction)', async () => {
+    const client = new pg.Client({ connectionString: databaseUrl() });
+    const db = drizzleNodePg(client);
+    for (const wrap of [withInbox, withInboxBatch] as const) {
+      expect(() => wrap(async () => {}, { db, consumer: 'c' })).toThrowError(
+        expect.objectContaining({ code: InboxErrorCodes.INVALID_OPTIONS, message: expect.stringMatching(/Pool/) }),
+      );
+    }
+  });
+});
