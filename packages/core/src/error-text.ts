@@ -24,10 +24,14 @@ interface QueryWrapper {
   cause: unknown;
 }
 
-/** Drizzle's `DrizzleQueryError` (and look-alikes): its message embeds the query parameters. */
+/**
+ * Drizzle's `DrizzleQueryError` (and look-alikes): its message embeds the query parameters. A driver
+ * error that merely carries `query`/`params` fields (PGlite's) has a SQLSTATE of its own and a
+ * message without them, so it is described as itself.
+ */
 function isQueryWrapper(error: unknown): error is QueryWrapper {
   const candidate = error as Partial<QueryWrapper> | null;
-  return typeof candidate === 'object' && candidate !== null && typeof candidate.query === 'string' && Array.isArray(candidate.params);
+  return typeof candidate === 'object' && candidate !== null && typeof candidate.query === 'string' && Array.isArray(candidate.params) && sqlStateOf(candidate) === undefined;
 }
 
 /** The SQLSTATE of a driver error (node-postgres, postgres-js and PGlite all use `code`). */

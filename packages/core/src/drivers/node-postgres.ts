@@ -55,6 +55,14 @@ async function rollback(client: PgPoolClient): Promise<unknown> {
 }
 
 /**
+ * What broke the connection: the driver's `error` event when there was one (it carries the server's
+ * reason, e.g. SQLSTATE 25P03 for an idle-in-transaction timeout), else the failed ROLLBACK.
+ */
+function firstOf(rollbackError: unknown, connectionProblem: unknown): unknown {
+  return connectionProblem ?? rollbackError;
+}
+
+/**
  * The client the handler's Drizzle transaction talks through: the same connection, but it remembers
  * the first statement that failed, so a handler that swallowed that failure is told which one it was.
  */
@@ -110,7 +118,7 @@ export async function nodePostgresTransaction<TDb extends AnyPgDatabase, T>(
       const results = resultsOf(await client.query(text));
       claimed = new Set((results[wait === null ? 1 : 2]!.rows as { message_id: string }[]).map((r) => r.message_id));
     } catch (error) {
-      const problem = (await rollback(client)) ?? connectionProblem;
+      const problem = firstOf(await rollback(client), connectionProblem);
       failure = problem !== undefined ? { kind: 'outage', error } : claimFailure(error);
       return { ok: false, failure };
     }
@@ -125,7 +133,7 @@ export async function nodePostgresTransaction<TDb extends AnyPgDatabase, T>(
       value = await plan.body(tx as TransactionOf<TDb>, claimed);
     } catch (error) {
       // A dead connection rolls back on the server anyway; a failed ROLLBACK tells us it is dead.
-      const problem = (await rollback(client)) ?? connectionProblem;
+      const problem = firstOf(await rollback(client), connectionProblem);
       failure = bodyFailure(error, problem);
       return { ok: false, failure };
     }
@@ -140,7 +148,7 @@ export async function nodePostgresTransaction<TDb extends AnyPgDatabase, T>(
         return { ok: false, failure };
       }
     } catch (error) {
-      const problem = (await rollback(client)) ?? connectionProblem;
+      const problem = firstOf(await rollback(client), connectionProblem);
       failure = problem !== undefined ? brokenConnectionFailure(error, problem) : completionFailure(error, firstFailure);
       return { ok: false, failure };
     }

@@ -1,0 +1,146 @@
+import { DRIVERS, createTestDatabase, type TestDatabase } from '@inboxed/test-support';
+import { sql } from 'drizzle-orm';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { deadLetterHeaders } from './adapter/outcomes.js';
+import { InboxError, InboxErrorCodes } from './errors.js';
+import { migrate } from './migrations/migrate.js';
+import type { InboxMessage, InboxOutcome } from './types.js';
+import { withInbox } from './with-inbox.js';
+import { withInboxBatch } from './with-inbox-batch.js';
+
+/** A real `fetch` to a closed port: its cause chain carries ECONNREFUSED, like a handler's call to a dead API. */
+const callDeadApi = () => fetch('http://127.0.0.1:1/charge');
+
+describe.each(DRIVERS)('what counts as whose failure, on %s', (driver) => {
+  let t: TestDatabase;
+  beforeEach(async () => {
+    t = await createTestDatabase(driver, { poolSize: 4 });
+    await migrate(t.db, { schema: t.schema });
+  });
+  afterEach(async () => {
+    await t.close();
+  });
+
+  const options = (extra: Record<string, unknown> = {}) => ({ db: t.db, consumer: 'c', tables: { schema: t.schema }, backoff: { baseDelayMs: 1 }, maxAttempts: 2, ...extra });
+  const attempts = () => t.query<{ message_id: string; attempts: number; last_error: string; last_error_code: string }>(
+    `select message_id, attempts, last_error, last_error_code from "${t.schema}".inbox_attempts order by 1`,
+  );
+
+  it("a handler's call to a dead API (ECONNREFUSED in its cause chain) is the handler's failure: counted, then dead-lettered", async () => {
+    const process = withInbox(async (message: InboxMessage, tx: any) => {
+      await tx.insert(t.effects).values({ messageId: message.id });
+      await callDeadApi();
+    }, options());
+    const first = await process({ id: 'api', payload: {} });
+    expect(first).toMatchObject({ status: 'retry', reason: 'handler-failed', attempt: 1 });
+    expect(first.error?.code).toBe(InboxErrorCodes.HANDLER_FAILED);
+    expect(await process({ id: 'api', payload: {} })).toMatchObject({ status: 'dead-letter', reason: 'max-attempts-exceeded', attempt: 2 });
+    expect(await t.countEffects()).toBe(0);
+  });
+
+  it('withInboxBatch: a dead API for one message splits the batch; its neighbours commit', async () => {
+    const process = withInboxBatch(async (messages: InboxMessage[], tx: any) => {
+      await tx.insert(t.effects).values(messages.map((m) => ({ messageId: m.id })));
+      if (messages.some((m) => m.id === 'b')) await callDeadApi();
+    }, options());
+    const outcomes = await process(['a', 'b', 'c'].map((id) => ({ id, payload: {} })));
+    expect(outcomes.map((o) => [o.messageId, o.status, o.reason])).toEqual([
+      ['a', 'processed', undefined],
+      ['b', 'retry', 'handler-failed'],
+      ['c', 'processed', undefined],
+    ]);
+    expect(await t.countEffects()).toBe(2);
+  });
+
+  it('a handler whose error text carries NUL or a lone surrogate is still counted, and the text is stored made safe', async () => {
+    const process = withInbox(async (message: InboxMessage) => {
+      throw new InboxError(`CODE\u0000${message.id}`, `bad byte \u0000 and half a pair \uD800 in ${message.id}`);
+    }, options());
+    expect(await process({ id: 'nul', payload: {} })).toMatchObject({ status: 'retry', reason: 'handler-failed', attempt: 1 });
+    expect(await process({ id: 'nul', payload: {} })).toMatchObject({ status: 'dead-letter', reason: 'max-attempts-exceeded', attempt: 2 });
+    const [row] = await attempts();
+    expect(row).toMatchObject({ message_id: 'nul', attempts: 2, last_error_code: 'CODE\uFFFDnul' });
+    expect(row!.last_error).toContain('bad byte \uFFFD and half a pair \uFFFD');
+  });
+
+  it('a payload with a NUL character that PostgreSQL refuses in jsonb is a counted failure, not an endless outage', async () => {
+    const process = withInbox(async (message: InboxMessage, tx: any) => {
+      await tx.insert(t.effects).values({ messageId: message.id, value: message.payload });
+    }, options());
+    const poison = { id: 'nul-json', payload: JSON.parse('{"note":"a\\u0000b"}') };
+    const first = await process(poison);
+    expect(first).toMatchObject({ status: 'retry', reason: 'handler-failed', attempt: 1 });
+    expect(await process(poison)).toMatchObject({ status: 'dead-letter', reason: 'max-attempts-exceeded' });
+    expect((await attempts())[0]).toMatchObject({ attempts: 2 });
+  });
+
+  it('stored and exported errors carry the SQLSTATE and constraint but no message content; the full error stays in memory', async () => {
+    const secret = 'card-4111-1111-1111-1111';
+    await t.query(`create unique index effects_message_once on "${t.schema}".effects (message_id)`);
+    await t.query(`insert into "${t.schema}".effects (message_id) values ('taken')`);
+    const process = withInbox(async (message: InboxMessage<{ card: string }>, tx: any) => {
+      await tx.insert(t.effects).values({ messageId: 'taken', value: { card: message.payload.card } });
+    }, options({ maxAttempts: 1 }));
+    const outcome: InboxOutcome = await process({ id: 'leak', payload: { card: secret } });
+    expect(outcome).toMatchObject({ status: 'dead-letter', reason: 'max-attempts-exceeded' });
+    const exported = [outcome.error!.message, JSON.stringify(deadLetterHeaders(outcome)), JSON.stringify(await attempts())];
+    for (const text of exported) {
+      expect(text).not.toContain(secret);
+      expect(text).not.toMatch(/params:/);
+      expect(text).toContain('23505');
+      expect(text).toContain('effects_message_once');
+    }
+    // In memory, on the outcome, the whole chain is still there for the application's own logs.
+    let cause: unknown = outcome.error;
+    const chain: unknown[] = [];
+    while (cause !== undefined && chain.length < 6) chain.push((cause = (cause as { cause?: unknown }).cause));
+    expect(chain.some((c) => Array.isArray((c as { params?: unknown })?.params))).toBe(true);
+  });
+
+  if (driver === 'node-postgres') {
+    // postgres-js drops the server's FATAL message when no query is running, so there the killed
+    // connection looks like any other lost connection (an outage); node-postgres reports SQLSTATE 25P03.
+    it('a handler that holds the transaction idle past idle_in_transaction_session_timeout is counted, not an outage', async () => {
+      const process = withInbox(async (message: InboxMessage, tx: any) => {
+        await tx.execute(sql`set local idle_in_transaction_session_timeout = 100`);
+        await new Promise((r) => setTimeout(r, 400)); // "waiting on an external API" with the transaction open
+        await tx.insert(t.effects).values({ messageId: message.id });
+      }, options());
+      const first = await process({ id: 'idle', payload: {} });
+      expect(first).toMatchObject({ status: 'retry', reason: 'handler-failed', attempt: 1 });
+      expect((await attempts())[0]).toMatchObject({ message_id: 'idle', attempts: 1 });
+      expect(await t.countEffects()).toBe(0);
+    });
+  }
+
+  if (driver !== 'pglite') {
+    it("a statement_timeout inside the handler is the handler's failure (counted), not an outage", async () => {
+      const process = withInbox(async (_message: InboxMessage, tx: any) => {
+        await tx.execute(sql`set local statement_timeout = 50`);
+        await tx.execute(sql`select pg_sleep(0.5)`);
+      }, options());
+      const first = await process({ id: 'slow-query', payload: {} });
+      expect(first).toMatchObject({ status: 'retry', reason: 'handler-failed', attempt: 1 });
+      expect(first.error?.message).toContain('57014');
+      expect(await process({ id: 'slow-query', payload: {} })).toMatchObject({ status: 'dead-letter', reason: 'max-attempts-exceeded' });
+    });
+
+    it('the inbox connection killed under the handler is an outage: retried, not counted; the redelivery commits once', async () => {
+      let kill = true;
+      const process = withInbox(async (message: InboxMessage, tx: any) => {
+        await tx.insert(t.effects).values({ messageId: message.id });
+        if (kill) {
+          kill = false;
+          await t.query(`select pg_terminate_backend(pid) from pg_stat_activity where pid <> pg_backend_pid() and state = 'idle in transaction' and query like '%effects%'`);
+          await new Promise((r) => setTimeout(r, 50));
+          await tx.insert(t.effects).values({ messageId: message.id });
+        }
+      }, options());
+      const first = await process({ id: 'killed', payload: {} });
+      expect(first).toMatchObject({ status: 'retry', reason: 'database-unavailable' });
+      expect(await attempts()).toEqual([]);
+      expect(await process({ id: 'killed', payload: {} })).toMatchObject({ status: 'processed' });
+      expect(await t.countEffects('killed')).toBe(1);
+    });
+  }
+});
