@@ -1,24 +1,31 @@
 import { createHash } from 'node:crypto';
-import canonicalize from 'canonicalize';
+import { canonicalJson } from './canonical-json.js';
 import type { InboxMessage } from './types.js';
 
 /**
  * How a payload is fingerprinted, so that a message id reused with a different payload is caught.
  *
- * - `'auto'` (default): raw bytes for `Uint8Array`/`Buffer` payloads, otherwise the JSON
- *   Canonicalization Scheme (RFC 8785) of the payload.
- * - `'json'`: always RFC 8785 JSON (a `Uint8Array` would be serialised as an object of indices).
- * - `'bytes'`: the payload must be bytes or a string (hashed as UTF-8).
+ * - `'auto'` (default): raw bytes for binary payloads (`Buffer`, any typed array or `DataView`,
+ *   `ArrayBuffer`), otherwise the JSON Canonicalization Scheme (RFC 8785) of the payload.
+ * - `'json'`: always RFC 8785 JSON; binary has no JSON form there and is refused (except `Buffer`,
+ *   whose `toJSON()` gives `{ type, data }`).
+ * - `'bytes'`: the payload must be binary or a string (hashed as UTF-8).
  * - a function: returns the value to fingerprint, e.g. only the fields that define the business
  *   operation (`(m) => ({ amount: m.payload.amount, to: m.payload.to })`); its result is
  *   fingerprinted with `'auto'` rules.
  * - `false`: no fingerprint; a reused id is always a duplicate.
  *
- * Canonical JSON rules (RFC 8785 via the `canonicalize` package): object keys are sorted by UTF-16
- * code units, insignificant whitespace is dropped, numbers have one spelling (`1.0` and `1` are the
- * same, `1e3` is `1000`). A property whose value is `undefined` is the same as an absent property
- * (JSON has no `undefined`); `null` is a value and differs from absent. Strings are hashed exactly as
- * given, in UTF-8: no Unicode normalisation, so NFC `"é"` and NFD `"é"` differ. Array order matters.
+ * Canonical JSON rules (RFC 8785; see `canonicalJson`): object keys are sorted by UTF-16 code
+ * units, insignificant whitespace is dropped, numbers have one spelling (`1.0` and `1` are the same,
+ * `1e3` is `1000`). A property whose value is `undefined` is the same as an absent property (JSON has
+ * no `undefined`) and `undefined` in an array is `null`; `null` is a value and differs from absent.
+ * `toJSON()` is honoured (a `Date` is its ISO string). Strings are hashed exactly as given, in UTF-8:
+ * no Unicode normalisation, so NFC `"é"` and NFD `"é"` differ. Array order matters.
+ *
+ * Values with no JSON form of their own are refused with `FINGERPRINT_FAILED` rather than hashed
+ * as something else: `Map`, `Set`, class instances without `toJSON`, typed arrays or `ArrayBuffer`
+ * inside a JSON payload, `NaN`, `Infinity`, `BigInt`, functions, symbols, array holes, lone
+ * surrogates and cycles. (Hashing a `Map` as `{}` would make every `Map` payload the same message.)
  */
 export type FingerprintOption = 'auto' | 'json' | 'bytes' | false | ((message: InboxMessage) => unknown);
 
@@ -29,18 +36,25 @@ export function fingerprintMessage(message: InboxMessage, option: FingerprintOpt
   return fingerprintValue(message.payload, option);
 }
 
-/** SHA-256 (hex) of a value under `'auto'`, `'json'` or `'bytes'` rules. Throws on values JSON cannot express. */
+/** The bytes of a binary value (any typed array, `DataView`, `ArrayBuffer`), or `undefined`. */
+function bytesOf(value: unknown): Uint8Array | undefined {
+  if (value instanceof Uint8Array) return value;
+  if (ArrayBuffer.isView(value)) return new Uint8Array(value.buffer, value.byteOffset, value.byteLength);
+  if (value instanceof ArrayBuffer || (typeof SharedArrayBuffer !== 'undefined' && value instanceof SharedArrayBuffer)) return new Uint8Array(value);
+  return undefined;
+}
+
+/** SHA-256 (hex) of a value under `'auto'`, `'json'` or `'bytes'` rules. Throws on values with no JSON form. */
 export function fingerprintValue(value: unknown, mode: 'auto' | 'json' | 'bytes'): string {
   const hash = createHash('sha256');
-  if (mode !== 'json' && value instanceof Uint8Array) {
-    hash.update(value);
+  const bytes = mode === 'json' ? undefined : bytesOf(value);
+  if (bytes !== undefined) {
+    hash.update(bytes);
   } else if (mode === 'bytes') {
-    if (typeof value !== 'string') throw new TypeError('fingerprint "bytes" needs a Uint8Array or string payload');
+    if (typeof value !== 'string') throw new TypeError('fingerprint "bytes" needs a binary or string payload');
     hash.update(value, 'utf8');
   } else {
-    const canonical = canonicalize(value);
-    if (canonical === undefined) throw new TypeError('payload has no JSON representation (undefined or a function)');
-    hash.update(canonical, 'utf8');
+    hash.update(canonicalJson(value), 'utf8');
   }
   return hash.digest('hex');
 }
