@@ -1,5 +1,6 @@
 import type { BackoffOptions } from './backoff.js';
 import { isSingleNodePgClient } from './drivers/node-postgres.js';
+import { describeError } from './error-text.js';
 import { InboxError, InboxErrorCodes } from './errors.js';
 import type { FingerprintOption } from './fingerprint.js';
 import { createInboxTables, type InboxTableNames, type InboxTables } from './schema.js';
@@ -96,14 +97,19 @@ export function isStorableText(value: string): boolean {
 function resolveBackoff(backoff: unknown): BackoffOptions {
   if (backoff === undefined) return {};
   if (backoff === null || typeof backoff !== 'object') invalid('options.backoff must be an object');
-  const { baseDelayMs, maxDelayMs, jitter } = backoff as BackoffOptions;
+  let baseDelayMs: unknown, maxDelayMs: unknown, jitter: unknown;
+  try {
+    ({ baseDelayMs, maxDelayMs, jitter } = backoff as BackoffOptions);
+  } catch (error) {
+    invalid(`options.backoff cannot be read: ${describeError(error)}`);
+  }
   const delay = (value: unknown, name: string) => {
     if (value !== undefined && !(typeof value === 'number' && Number.isFinite(value) && value >= 0)) invalid(`options.backoff.${name} must be a finite number >= 0`);
   };
   delay(baseDelayMs, 'baseDelayMs');
   delay(maxDelayMs, 'maxDelayMs');
-  if (jitter !== undefined && !JITTERS.has(jitter)) invalid("options.backoff.jitter must be 'full', 'equal' or 'none'");
-  return { baseDelayMs, maxDelayMs, jitter };
+  if (jitter !== undefined && !JITTERS.has(jitter as string)) invalid("options.backoff.jitter must be 'full', 'equal' or 'none'");
+  return { baseDelayMs, maxDelayMs, jitter } as BackoffOptions;
 }
 
 /** @internal validates options once, at construction, so misconfiguration fails fast and loudly. */
