@@ -13,7 +13,7 @@ function randomJson(seed: number) {
   const value = (depth: number): unknown => {
     const roll = next();
     if (depth > 3 || roll < 0.45) {
-      return pick([() => pick(numbers), () => pick(strings), () => next() < 0.5, () => null, () => Math.floor(next() * 1e6) / 100] as const)();
+      return pick<() => unknown>([() => pick(numbers), () => pick(strings), () => next() < 0.5, () => null, () => Math.floor(next() * 1e6) / 100])();
     }
     if (roll < 0.7) return Array.from({ length: Math.floor(next() * 4) }, () => value(depth + 1));
     const object: Record<string, unknown> = {};
