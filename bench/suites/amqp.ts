@@ -116,7 +116,7 @@ export default async function amqpSuite(): Promise<void> {
     // separate the adapter's own cost (decode, collect, ack) from the inbox transaction's.
     const noDatabase = Object.assign(
       async (messages: readonly { id: string }[]) => messages.map((m) => ({ status: 'processed' as const, messageId: m.id, consumer: 'bench.no-db' })),
-      { kind: 'batch' as const, consumer: 'bench.no-db' },
+      { kind: 'batch' as const, consumer: 'bench.no-db', checkTables: async () => {} },
     );
     await prefill(channel, queue, MESSAGES);
     const adapterOnly = await inboxedConsume(queue, noDatabase, MESSAGES);

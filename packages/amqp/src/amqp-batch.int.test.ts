@@ -25,7 +25,7 @@ describe('createAmqpConsumer in batch mode (withInboxBatch)', () => {
     const counting = Object.assign(async (messages: Parameters<typeof handler>[0]) => {
       batchSizes.push(messages.length);
       return handler(messages);
-    }, { kind: 'batch' as const, consumer: handler.consumer });
+    }, { kind: 'batch' as const, consumer: handler.consumer, checkTables: () => handler.checkTables() });
     const consumer = f.consume({ handler: counting, batch: { size: 10, waitMs: 100 } });
     await consumer.start();
     const ids = Array.from({ length: 30 }, (_, i) => `b-${i}`);

@@ -1,9 +1,13 @@
-import { DeadLetterHeaders, PermanentError } from '@inboxed/core';
-import { waitFor } from '@inboxed/test-support';
+import { DeadLetterHeaders, InboxErrorCodes, PermanentError, withInbox, type InboxError } from '@inboxed/core';
+import { createOutcomeRecorder } from '@inboxed/core/testing';
+import { createTestDatabase, uniqueName, waitFor } from '@inboxed/test-support';
+import { drizzle } from 'drizzle-orm/node-postgres';
+import pg from 'pg';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import amqp from 'amqplib';
 import { createAmqpFixture, type AmqpFixture } from '../test/amqp-fixture.js';
-import { amqpUrl } from '../test/amqp-test-broker.js';
+import { amqpUrl, createTestBroker } from '../test/amqp-test-broker.js';
+import { createAmqpConsumer } from './amqp-consumer.js';
 import { retryQueueName } from './amqp-topology.js';
 
 describe('createAmqpConsumer against RabbitMQ and PostgreSQL', () => {
@@ -205,5 +209,48 @@ describe('createAmqpConsumer against RabbitMQ and PostgreSQL', () => {
     const consumer = f.consume({ handler: f.processor(), queue: `${f.queue}-missing` });
     await expect(consumer.start()).rejects.toMatchObject({ code: 'AMQP_CONNECT_FAILED' });
     expect(consumer.status).toBe('stopped');
+  });
+});
+
+describe('createAmqpConsumer: misconfiguration is loud', () => {
+  it('start() rejects with INBOX_TABLE_MISSING when the inbox tables were never migrated; the message stays queued', async () => {
+    const t = await createTestDatabase('node-postgres');
+    const broker = await createTestBroker();
+    try {
+      const queue = await broker.declareQueue(uniqueName('unmigrated'));
+      await broker.publish(queue, { a: 1 }, { messageId: 'm-1' });
+      const consumer = createAmqpConsumer({ url: amqpUrl(), queue, handler: withInbox(async () => {}, { db: t.db, consumer: 'c', tables: { schema: t.schema } }) });
+      await expect(consumer.start()).rejects.toMatchObject({ code: InboxErrorCodes.INBOX_TABLE_MISSING, message: expect.stringMatching(/migrate\(/) });
+      expect(consumer.status).toBe('stopped');
+      expect(await broker.depth(queue)).toBe(1);
+    } finally {
+      await broker.close();
+      await t.close();
+    }
+  });
+
+  it('the database down at start is an error event, not a failed start; retries while it is down raise one error event, not one per delivery', async () => {
+    const broker = await createTestBroker();
+    const pool = new pg.Pool({ connectionString: 'postgres://postgres@127.0.0.1:1/test', connectionTimeoutMillis: 200 });
+    try {
+      const queue = await broker.declareQueue(uniqueName('db-down'));
+      const recorder = createOutcomeRecorder();
+      const consumer = createAmqpConsumer({
+        url: amqpUrl(), queue, retryDelaysMs: [50],
+        handler: recorder.wrap(withInbox(async () => {}, { db: drizzle(pool), consumer: 'c', backoff: { baseDelayMs: 10 } })),
+      });
+      const errors: InboxError[] = [];
+      consumer.on('error', (error) => errors.push(error));
+      await consumer.start();
+      expect(errors.map((e) => e.code)).toEqual([InboxErrorCodes.DATABASE_UNAVAILABLE]);
+      for (let i = 0; i < 3; i++) await broker.publish(queue, { i }, { messageId: `m-${i}` });
+      await recorder.waitForCount(6, (o) => o.reason === 'database-unavailable', 15_000);
+      await consumer.stop();
+      expect(errors.map((e) => e.code)).toEqual([InboxErrorCodes.DATABASE_UNAVAILABLE, InboxErrorCodes.DATABASE_UNAVAILABLE]);
+      expect(errors[1]!.details).toMatchObject({ reason: 'database-unavailable', retriesSinceLastReport: 1 });
+    } finally {
+      await broker.close();
+      await pool.end();
+    }
   });
 });

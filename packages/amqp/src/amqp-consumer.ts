@@ -1,5 +1,6 @@
 import {
   backoffDelay,
+  checkTablesAtStart,
   ConsumerEventEmitter,
   describeError,
   InboxError,
@@ -275,6 +276,12 @@ export function createAmqpConsumer(options: AmqpConsumerOptions): AmqpConsumer {
       if (status !== 'idle' && status !== 'stopped') throw new InboxError(InboxErrorCodes.INVALID_OPTIONS, `start() called while ${status}`);
       status = 'starting';
       stopping = false;
+      try {
+        await checkTablesAtStart(processor, events);
+      } catch (error) {
+        status = 'stopped';
+        throw error;
+      }
       let first: Session;
       try {
         first = await openSession();

@@ -95,7 +95,7 @@ describe('retry copies and the attempt header', () => {
       let call = 0;
       const processor = Object.assign(async (m: { id: string; attempt?: number }) => ({
         status: 'retry' as const, messageId: m.id, consumer: 'c', reason: reasons[call++]!, attempt: m.attempt ?? 1, retryAfterMs: 10,
-      }), { kind: 'single' as const, consumer: 'c' });
+      }), { kind: 'single' as const, consumer: 'c', checkTables: async () => {} });
       const onMessage = createAmqpMessageHandler(channel, processor, { queue: f.queue, retryDelaysMs: [60_000] });
       const { consumerTag } = await channel.consume(f.queue, onMessage);
       await f.broker.publish(f.queue, { a: 1 }, { messageId: 'outage', headers: { 'x-inboxed-attempt': 2 } });

@@ -140,6 +140,13 @@ export interface InboxProcessor {
   readonly kind: 'single';
   /** The consumer (dedup scope) this processor writes under. */
   readonly consumer: string;
+  /**
+   * Checks that the inbox tables exist with their columns and unique key. Rejects with
+   * `INBOX_TABLE_MISSING`, or `DATABASE_UNAVAILABLE` when the database cannot be reached. Broker
+   * consumers call it in `start()`, so a missing migration fails loudly instead of retrying forever.
+   * A wrapper around a processor must forward it.
+   */
+  checkTables(): Promise<void>;
 }
 
 /** A batch processor built by {@link withInboxBatch}: outcomes come back in input order. */
@@ -147,6 +154,8 @@ export interface InboxBatchProcessor {
   (messages: readonly InboxMessage[]): Promise<InboxOutcome[]>;
   readonly kind: 'batch';
   readonly consumer: string;
+  /** See {@link InboxProcessor.checkTables}. */
+  checkTables(): Promise<void>;
 }
 
 /** Either kind of processor; adapters accept both. */

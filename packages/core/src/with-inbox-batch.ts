@@ -1,4 +1,5 @@
 import { InboxError, InboxErrorCodes } from './errors.js';
+import { checkInboxTables } from './check-tables.js';
 import { internalFailure, outcomeOfFailure } from './failure.js';
 import { InboxStatementError, InboxStore } from './inbox-store.js';
 import { assertHandler, resolveOptions, type InboxOptions, type ResolvedOptions } from './options.js';
@@ -212,5 +213,6 @@ export function withInboxBatch<TDb extends AnyPgDatabase, TPayload = unknown>(
     }
     return outcomes as InboxOutcome[];
   };
-  return Object.assign(processor, { kind: 'batch' as const, consumer });
+  const checkTables = () => checkInboxTables(resolved.db, resolved.tables, consumer);
+  return Object.assign(processor, { kind: 'batch' as const, consumer, checkTables });
 }

@@ -1,3 +1,4 @@
+import { checkInboxTables } from './check-tables.js';
 import { internalFailure, outcomeOfFailure } from './failure.js';
 import { InboxStatementError, InboxStore } from './inbox-store.js';
 import { assertHandler, resolveOptions, type InboxOptions, type ResolvedOptions } from './options.js';
@@ -78,5 +79,6 @@ export function withInbox<TDb extends AnyPgDatabase, TPayload = unknown>(
   }
 
   const processor = (delivery: InboxMessage): Promise<InboxOutcome> => process(delivery).catch((error: unknown) => internalFailure(general, delivery, error));
-  return Object.assign(processor, { kind: 'single' as const, consumer });
+  const checkTables = () => checkInboxTables(resolved.db, resolved.tables, consumer);
+  return Object.assign(processor, { kind: 'single' as const, consumer, checkTables });
 }

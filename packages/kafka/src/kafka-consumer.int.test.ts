@@ -1,7 +1,9 @@
-import { migrate, withInbox, withInboxBatch, type InboxMessage } from '@inboxed/core';
+import { InboxErrorCodes, migrate, withInbox, withInboxBatch, type InboxError, type InboxMessage } from '@inboxed/core';
 import { createOutcomeRecorder } from '@inboxed/core/testing';
 import { createTestDatabase, uniqueName, waitFor, type TestDatabase } from '@inboxed/test-support';
+import { drizzle } from 'drizzle-orm/node-postgres';
 import type { Kafka } from 'kafkajs';
+import pg from 'pg';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { brokerOptions, committedOffsets, createTopic, produce, readTopic, testKafka } from '../test/kafka-test-kit.js';
 import { createEachBatchHandler, createKafkaConsumer, type KafkaConsumerOptions, type KafkaInboxConsumer } from './index.js';
@@ -196,6 +198,48 @@ describe('createKafkaConsumer against a Kafka-protocol broker', () => {
       await consumer.disconnect();
       eachBatch.close();
       await producer.disconnect();
+    }
+  });
+});
+
+describe('createKafkaConsumer: misconfiguration is loud', () => {
+  it('start() rejects with INBOX_TABLE_MISSING when the inbox tables were never migrated, and consumes nothing', async () => {
+    const t = await createTestDatabase('node-postgres');
+    const kafka = testKafka();
+    const topic = uniqueName('unmigrated');
+    const groupId = uniqueName('group');
+    try {
+      await createTopic(kafka, topic, 1);
+      await produce(kafka, topic, [{ id: 'm-1', value: {} }]);
+      const consumer = createKafkaConsumer({
+        kafka, groupId, topics: [topic], ...brokerOptions(),
+        handler: withInbox(async () => {}, { db: t.db, consumer: 'billing', tables: { schema: t.schema } }),
+      });
+      await expect(consumer.start()).rejects.toMatchObject({ code: InboxErrorCodes.INBOX_TABLE_MISSING });
+      await consumer.stop();
+      expect(await committedOffsets(kafka, groupId, topic)).toEqual({ 0: -1 }); // nothing committed
+    } finally {
+      await t.close();
+    }
+  });
+
+  it('start() with the database unreachable reports DATABASE_UNAVAILABLE as an error event and starts anyway', async () => {
+    const pool = new pg.Pool({ connectionString: 'postgres://postgres@127.0.0.1:1/test', connectionTimeoutMillis: 500 });
+    const kafka = testKafka();
+    const topic = uniqueName('db-down');
+    await createTopic(kafka, topic, 1);
+    const consumer = createKafkaConsumer({
+      kafka, groupId: uniqueName('group'), topics: [topic], ...brokerOptions(),
+      handler: withInbox(async () => {}, { db: drizzle(pool), consumer: 'billing' }),
+    });
+    const errors: InboxError[] = [];
+    consumer.on('error', (error) => errors.push(error));
+    try {
+      await consumer.start();
+      expect(errors.map((e) => e.code)).toEqual([InboxErrorCodes.DATABASE_UNAVAILABLE]);
+    } finally {
+      await consumer.stop();
+      await pool.end();
     }
   });
 });

@@ -1,4 +1,4 @@
-import { backoffDelay, ConsumerEventEmitter, InboxError, InboxErrorCodes, type AnyInboxProcessor } from '@inboxed/core';
+import { backoffDelay, checkTablesAtStart, ConsumerEventEmitter, InboxError, InboxErrorCodes, type AnyInboxProcessor } from '@inboxed/core';
 import { KafkaErrorCodes, kafkaError } from './kafka-errors.js';
 import { KafkaRuntime, type KafkaProcessingOptions } from './kafka-runtime.js';
 import type { KafkaConsumerConfigLike, KafkaConsumerLike, KafkaLike, KafkaProducerConfigLike, KafkaProducerLike } from './kafka-types.js';
@@ -149,6 +149,12 @@ export function createKafkaConsumer(options: KafkaConsumerOptions): KafkaInboxCo
     async start() {
       if (state !== 'idle') throw new InboxError(InboxErrorCodes.INVALID_OPTIONS, `start() called on a ${state} consumer`);
       state = 'starting';
+      try {
+        await checkTablesAtStart(handler, events);
+      } catch (error) {
+        state = 'stopped';
+        throw error;
+      }
       producer = ownProducer ?? kafka.producer({ idempotent: idempotentDeadLetters ?? true, maxInFlightRequests: 1, ...producerConfig });
       try {
         if (ownProducer === undefined) await producer.connect();

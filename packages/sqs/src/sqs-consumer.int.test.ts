@@ -1,4 +1,4 @@
-import { PermanentError, withInboxBatch, type InboxMessage } from '@inboxed/core';
+import { InboxErrorCodes, PermanentError, withInbox, withInboxBatch, type InboxMessage } from '@inboxed/core';
 import { createOutcomeRecorder } from '@inboxed/core/testing';
 import { waitFor } from '@inboxed/test-support';
 import { describe, expect, it } from 'vitest';
@@ -143,5 +143,18 @@ describe('createSqsConsumer against a real SQS API and PostgreSQL', () => {
     expect(recorder.outcomes.filter((o) => o.messageId === 'order-7').map((o) => o.status).sort()).toEqual(['duplicate', 'processed']);
     expect(await ctx.t.countEffects('order-7')).toBe(1);
     await waitFor('queues empty', async () => (await queueDepth(ctx.client, queue.url)) + (await queueDepth(ctx.client, other.url)) === 0);
+  });
+});
+
+describe('createSqsConsumer: misconfiguration is loud', () => {
+  const ctx = sqsTestContext();
+
+  it('start() rejects with INBOX_TABLE_MISSING when the inbox tables were never migrated; the message stays queued', async () => {
+    const queue = await createQueue(ctx.client, 'unmigrated');
+    await send(ctx.client, queue.url, { a: 1 }, { id: 'm-1' });
+    const unmigrated = withInbox(async () => {}, { db: ctx.t.db, consumer: 'c', tables: { schema: `${ctx.t.schema}_none` } });
+    await expect(ctx.start({ queueUrl: queue.url, handler: unmigrated })).rejects.toMatchObject({ code: InboxErrorCodes.INBOX_TABLE_MISSING });
+    expect(ctx.consumers[0]!.status.isRunning).toBe(false);
+    expect(await queueDepth(ctx.client, queue.url)).toBe(1);
   });
 });

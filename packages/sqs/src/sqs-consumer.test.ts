@@ -3,7 +3,7 @@ import { InboxErrorCodes, type InboxProcessor } from '@inboxed/core';
 import { describe, expect, it } from 'vitest';
 import { createSqsConsumer, type SqsConsumerOptions } from './sqs-consumer.js';
 
-const handler = Object.assign(async () => ({ status: 'processed' as const, messageId: 'm', consumer: 'c' }), { kind: 'single' as const, consumer: 'c' }) as InboxProcessor;
+const handler = Object.assign(async () => ({ status: 'processed' as const, messageId: 'm', consumer: 'c' }), { kind: 'single' as const, consumer: 'c', checkTables: async () => {} }) as InboxProcessor;
 const base = (): SqsConsumerOptions => ({ client: new SQSClient({ region: 'us-east-1' }), queueUrl: 'https://sqs.us-east-1.amazonaws.com/1/q', handler });
 
 describe('createSqsConsumer options', () => {

@@ -1,6 +1,7 @@
 import { ReceiveMessageCommand, type Message, type SQSClient } from '@aws-sdk/client-sqs';
 import {
   backoffDelay,
+  checkTablesAtStart,
   ConsumerEventEmitter,
   InboxError,
   InboxErrorCodes,
@@ -176,6 +177,7 @@ export function createSqsConsumer(options: SqsConsumerOptions): SqsConsumer {
 
   const begin = async (): Promise<void> => {
     if (running) return;
+    await checkTablesAtStart(handler, events);
     const queue = await loadQueueInfo(client, queueUrl);
     info = queue;
     const visibility = options.visibilityTimeoutSeconds ?? queue.visibilityTimeoutSeconds;

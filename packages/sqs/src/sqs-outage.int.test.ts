@@ -1,6 +1,9 @@
 import { SQSClient } from '@aws-sdk/client-sqs';
+import { InboxErrorCodes, withInbox, type InboxMessage } from '@inboxed/core';
 import { createOutcomeRecorder } from '@inboxed/core/testing';
-import { requireService, startTcpProxy, waitFor } from '@inboxed/test-support';
+import { databaseUrl, requireService, startPostgresProxy, startTcpProxy, waitFor } from '@inboxed/test-support';
+import { drizzle } from 'drizzle-orm/node-postgres';
+import pg from 'pg';
 import { describe, expect, it } from 'vitest';
 import { createQueue, queueDepth, send, sqsTestContext } from './__tests__/sqs-test-kit.js';
 import { SqsErrorCodes } from './sqs-errors.js';
@@ -42,6 +45,43 @@ describe('SQS outage', () => {
     } finally {
       await Promise.all(ctx.consumers.splice(0).map((c) => c.stop()));
       proxied.destroy();
+      await proxy.close();
+    }
+  });
+});
+
+describe('SQS with the database down', () => {
+  const ctx = sqsTestContext();
+
+  it('receives during a database outage do not count toward maxAttempts: the ledger, not ApproximateReceiveCount, decides', async () => {
+    const queue = await createQueue(ctx.client, 'db-outage', { VisibilityTimeout: '1' });
+    const dlq = await createQueue(ctx.client, 'db-outage-dlq');
+    const { proxy, url } = await startPostgresProxy(databaseUrl());
+    const pool = new pg.Pool({ connectionString: url, max: 2, connectionTimeoutMillis: 500 });
+    pool.on('error', () => {});
+    try {
+      let failures = 0;
+      const recorder = createOutcomeRecorder();
+      const handler = recorder.wrap(withInbox(async (message: InboxMessage, tx: any) => {
+        if (failures++ === 0) throw new Error('one real handler failure');
+        await tx.insert(ctx.t.effects).values({ messageId: message.id });
+      }, { db: drizzle(pool), consumer: 'notifications', tables: { schema: ctx.t.schema }, maxAttempts: 3, backoff: { baseDelayMs: 10, jitter: 'none' } }));
+      await ctx.start({ queueUrl: queue.url, deadLetterQueueUrl: dlq.url, handler, visibilityTimeoutSeconds: 1 });
+      proxy.cut();
+      await send(ctx.client, queue.url, { to: 'ada' }, { id: 'through-outage' });
+      // Four receives while the database is away: ApproximateReceiveCount reaches 4 > maxAttempts.
+      await recorder.waitForCount(4, (o) => o.reason === 'database-unavailable', 20_000);
+      proxy.restore();
+      const [failed] = await recorder.waitForCount(1, (o) => o.reason === 'handler-failed', 20_000);
+      expect(failed).toMatchObject({ status: 'retry', attempt: 1 }); // not dead-letter: the outages were not attempts
+      await recorder.waitFor('through-outage', { status: 'processed', timeoutMs: 20_000 });
+      expect(recorder.outcomes.some((o) => o.status === 'dead-letter')).toBe(false);
+      expect(await ctx.t.countEffects('through-outage')).toBe(1);
+      // The outage was reported as an error event, not once per receive.
+      expect(ctx.errors.filter((e) => e.code === InboxErrorCodes.DATABASE_UNAVAILABLE)).toHaveLength(1);
+    } finally {
+      await Promise.all(ctx.consumers.splice(0).map((c) => c.stop()));
+      await pool.end();
       await proxy.close();
     }
   });

@@ -34,7 +34,7 @@ const crashAfterCommit = Object.assign(
     }
     return outcome;
   },
-  { kind: 'single' as const, consumer: processor.consumer },
+  { kind: 'single' as const, consumer: processor.consumer, checkTables: () => processor.checkTables() },
 );
 
 const consumer = createSqsConsumer({ client, queueUrl: env('QUEUE_URL'), handler: crashAfterCommit, waitTimeSeconds: 1, visibilityTimeoutSeconds: 2 });

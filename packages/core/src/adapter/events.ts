@@ -1,6 +1,6 @@
 import { EventEmitter } from 'node:events';
-import type { InboxError } from '../errors.js';
-import type { InboxOutcome } from '../types.js';
+import { InboxError } from '../errors.js';
+import { OutcomeReasons, type InboxOutcome } from '../types.js';
 
 /** Events every broker consumer emits, with the same names and payloads across adapters. */
 export interface ConsumerEvents {
@@ -18,9 +18,29 @@ export interface ConsumerEvents {
   reconnect: [info: { attempt: number; delayMs: number }];
 }
 
+/**
+ * Retry reasons that are not the message's doing but the consumer's surroundings: the database is
+ * away, the tables are missing, inbox statements are refused, conflicts persist, or inboxed failed.
+ * Each message keeps being retried; the operator must hear about it, once, not once per message.
+ */
+const INFRASTRUCTURE_REASONS = new Set<string>([
+  OutcomeReasons.DATABASE_UNAVAILABLE,
+  OutcomeReasons.INBOX_TABLE_MISSING,
+  OutcomeReasons.INBOX_QUERY_FAILED,
+  OutcomeReasons.TRANSACTION_CONFLICT,
+  OutcomeReasons.INTERNAL_ERROR,
+]);
+
+/** The shortest gap between two `error` events for the same infrastructure reason. */
+export const INFRASTRUCTURE_ERROR_INTERVAL_MS = 30_000;
+
 /** A typed event emitter for {@link ConsumerEvents}. */
 export class ConsumerEventEmitter {
   private readonly emitter = new EventEmitter();
+  /** Per infrastructure reason: when it was last reported, and how many retries since. */
+  private readonly infrastructure = new Map<string, { reportedAt: number; since: number }>();
+
+  constructor(private readonly now: () => number = Date.now) {}
 
   /** Subscribes to an event. Returns a function that unsubscribes. */
   on<K extends keyof ConsumerEvents>(event: K, listener: (...args: ConsumerEvents[K]) => void): () => void {
@@ -54,10 +74,38 @@ export class ConsumerEventEmitter {
       case 'duplicate':
         return this.emit('duplicate', outcome);
       case 'retry':
-        return this.emit('retry', outcome);
+        this.emit('retry', outcome);
+        return this.reportInfrastructure(outcome);
       case 'dead-letter':
       case 'conflict':
         return this.emit('dead_letter', outcome, deadLetterDestination);
     }
+  }
+
+  /**
+   * Raises an `error` event for retries caused by the consumer's surroundings: the first one at
+   * once, then at most one per {@link INFRASTRUCTURE_ERROR_INTERVAL_MS} per reason, carrying how many
+   * retries happened for that reason since the last report (`details.retriesSinceLastReport`).
+   */
+  private reportInfrastructure(outcome: InboxOutcome): void {
+    const reason = outcome.reason;
+    if (reason === undefined || !INFRASTRUCTURE_REASONS.has(reason) || outcome.error === undefined) return;
+    const now = this.now();
+    const seen = this.infrastructure.get(reason);
+    if (seen !== undefined && now - seen.reportedAt < INFRASTRUCTURE_ERROR_INTERVAL_MS) {
+      seen.since++;
+      return;
+    }
+    const retries = (seen?.since ?? 0) + 1;
+    this.infrastructure.set(reason, { reportedAt: now, since: 0 });
+    const { error } = outcome;
+    this.emit(
+      'error',
+      new InboxError(error.code, `${retries} deliver${retries === 1 ? 'y' : 'ies'} retried (${reason}) since the last report; latest: ${error.message}`, {
+        cause: error,
+        messageIds: error.messageIds,
+        details: { ...error.details, reason, retriesSinceLastReport: retries },
+      }),
+    );
   }
 }

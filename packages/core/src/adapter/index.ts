@@ -6,3 +6,4 @@ export { decodePayload, isJsonContentType, UNPARSEABLE_BODY, UNPARSEABLE_BODY_RE
 export { actionFor, adapterDeadLetter, deadLetterHeaders, DeadLetterHeaders, type OutcomeAction } from './outcomes.js';
 export { InFlight } from './in-flight.js';
 export { ConsumerEventEmitter, type ConsumerEvents } from './events.js';
+export { checkTablesAtStart } from './start-check.js';

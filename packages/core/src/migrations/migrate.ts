@@ -1,7 +1,9 @@
 import { sql } from 'drizzle-orm';
 import { integer, pgSchema, pgTable, text } from 'drizzle-orm/pg-core';
+import { describeError } from '../error-text.js';
 import { InboxError, InboxErrorCodes, isInboxError } from '../errors.js';
-import { resolveTableNames, type InboxTableNames, type ResolvedTableNames } from '../schema.js';
+import { createInboxTables, resolveTableNames, type InboxTableNames, type ResolvedTableNames } from '../schema.js';
+import { inspectInboxTables } from './inspect.js';
 import type { AnyPgDatabase } from '../types.js';
 import { migrations } from './migrations.js';
 
@@ -23,8 +25,11 @@ function historyTable(names: ResolvedTableNames) {
 
 /**
  * Creates or upgrades the inbox tables for users without drizzle-kit. Idempotent and safe to run
- * from several processes at once: a transaction-scoped advisory lock serialises concurrent calls,
- * and applied versions are recorded in `<table>_migrations`.
+ * from several processes at once, for the same or different tables: a transaction-scoped advisory
+ * lock per schema serialises concurrent calls, and applied versions are recorded in
+ * `<table>_migrations`. Finally it checks the tables it finds (which may predate it): both exist,
+ * with inboxed's columns and a usable unique key on `(consumer, message_id)`; otherwise it rolls
+ * back and throws `MIGRATION_FAILED` naming what is wrong.
  *
  * ```ts
  * await migrate(db);                                  // public.inbox
@@ -37,7 +42,10 @@ export async function migrate(db: AnyPgDatabase, names: InboxTableNames = {}): P
   const latest = migrations[migrations.length - 1]?.version ?? 0;
   try {
     return await db.transaction(async (tx) => {
-      const lockKey = `inboxed:${resolved.schema ?? 'public'}.${resolved.table}`;
+      // One lock per schema, taken before CREATE SCHEMA: processes migrating different inbox tables
+      // into the same new schema at once would otherwise race on creating it (duplicate key on
+      // pg_namespace). Tables of one schema migrate one after the other; they are quick.
+      const lockKey = `inboxed:migrate:${resolved.schema ?? ''}`;
       await tx.execute(sql`select pg_advisory_xact_lock(hashtext(${lockKey}))`);
       if (resolved.schema !== undefined) await tx.execute(sql.raw(`CREATE SCHEMA IF NOT EXISTS "${resolved.schema}"`));
       const historyName = resolved.schema === undefined ? `"${resolved.table}_migrations"` : `"${resolved.schema}"."${resolved.table}_migrations"`;
@@ -50,11 +58,18 @@ export async function migrate(db: AnyPgDatabase, names: InboxTableNames = {}): P
         await tx.insert(history).values({ version: migration.version, name: migration.name });
         applied.push(migration.version);
       }
+      // CREATE TABLE IF NOT EXISTS accepts any table of that name: make sure it is one inboxed can use.
+      const problems = await inspectInboxTables(tx, createInboxTables(names));
+      if (problems.length > 0) {
+        throw new InboxError(InboxErrorCodes.MIGRATION_FAILED, `the existing inbox tables cannot be used: ${problems.join('; ')}`, {
+          details: { schema: resolved.schema, table: resolved.table, problems },
+        });
+      }
       return { applied, version: latest };
     });
   } catch (error) {
     if (isInboxError(error)) throw error;
-    throw new InboxError(InboxErrorCodes.MIGRATION_FAILED, `inbox migration failed: ${(error as Error)?.message ?? String(error)}`, {
+    throw new InboxError(InboxErrorCodes.MIGRATION_FAILED, `inbox migration failed: ${describeError(error)}`, {
       cause: error,
       details: { schema: resolved.schema, table: resolved.table },
     });

@@ -53,14 +53,14 @@ export function createOutcomeRecorder(): OutcomeRecorder {
           result.forEach(record);
           return result;
         };
-        return Object.assign(wrapped, { kind: 'batch' as const, consumer: processor.consumer }) as unknown as P;
+        return Object.assign(wrapped, { kind: 'batch' as const, consumer: processor.consumer, checkTables: () => processor.checkTables() }) as unknown as P;
       }
       const wrapped = async (message: Parameters<InboxProcessor>[0]) => {
         const result = await processor(message);
         record(result);
         return result;
       };
-      return Object.assign(wrapped, { kind: 'single' as const, consumer: processor.consumer }) as unknown as P;
+      return Object.assign(wrapped, { kind: 'single' as const, consumer: processor.consumer, checkTables: () => processor.checkTables() }) as unknown as P;
     },
     waitFor(messageId, options = {}) {
       const what = `message ${messageId}${options.status ? ` with status ${options.status}` : ''}`;

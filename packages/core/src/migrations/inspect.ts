@@ -1,0 +1,52 @@
+import { sql } from 'drizzle-orm';
+import { getTableConfig } from 'drizzle-orm/pg-core';
+import type { InboxTables } from '../schema.js';
+import type { AnyPgDatabase } from '../types.js';
+
+type Executable = Pick<AnyPgDatabase, 'execute'>;
+
+interface IndexRow {
+  usable: boolean;
+  columns: string[];
+}
+
+async function rowsOf<T>(db: Executable, query: ReturnType<typeof sql>): Promise<T[]> {
+  const result = (await db.execute(query)) as unknown;
+  return (Array.isArray(result) ? result : (result as { rows: T[] }).rows) as T[];
+}
+
+/**
+ * @internal What is wrong with the inbox tables as they exist in the database, as sentences; empty
+ * when nothing is. Checked: both tables exist, have the columns inboxed writes, and have a unique key
+ * on exactly `(consumer, message_id)` that `ON CONFLICT` can use (not partial, not on expressions, not
+ * deferrable, valid). Without that key every redelivery would be processed again, silently.
+ */
+export async function inspectInboxTables(db: Executable, tables: InboxTables): Promise<string[]> {
+  const problems: string[] = [];
+  for (const table of [tables.inbox, tables.inboxAttempts]) {
+    const config = getTableConfig(table);
+    const name = config.schema === undefined ? `"${config.name}"` : `"${config.schema}"."${config.name}"`;
+    const [found] = await rowsOf<{ oid: number | null }>(db, sql`select to_regclass(${name})::oid as oid`);
+    if (found?.oid === null || found?.oid === undefined) {
+      problems.push(`table ${name} does not exist`);
+      continue;
+    }
+    const oid = Number(found.oid);
+    const columns = new Set((await rowsOf<{ name: string }>(db, sql`
+      select attname::text as name from pg_attribute where attrelid = ${oid} and attnum > 0 and not attisdropped`)).map((r) => r.name));
+    const missing = config.columns.map((c) => c.name).filter((c) => !columns.has(c));
+    if (missing.length > 0) problems.push(`table ${name} lacks the column(s) ${missing.join(', ')}`);
+    const indexes = await rowsOf<IndexRow>(db, sql`
+      select (i.indisunique and i.indimmediate and i.indisvalid and i.indpred is null and i.indexprs is null) as usable,
+             array(select a.attname::text from unnest(i.indkey::int2[]) with ordinality as k(attnum, position)
+                   join pg_attribute a on a.attrelid = i.indrelid and a.attnum = k.attnum
+                   where k.position <= i.indnkeyatts order by k.position) as columns
+      from pg_index i where i.indrelid = ${oid} and i.indisunique`);
+    const keyed = indexes.some((index) => index.usable && index.columns.length === 2 && index.columns.includes('consumer') && index.columns.includes('message_id'));
+    if (!keyed) {
+      const found = indexes.map((index) => `(${index.columns.join(', ')})${index.usable ? '' : ' unusable'}`).join(', ') || 'none';
+      problems.push(`table ${name} has no primary key or unique constraint on exactly (consumer, message_id) that ON CONFLICT can use (unique keys found: ${found}); without it every redelivery would be processed again`);
+    }
+  }
+  return problems;
+}
