@@ -32,7 +32,25 @@ const PRIORITY = [
   DeadLetterHeaders.ERROR,
 ];
 
-const text = (value: string): MessageAttributeValue => ({ DataType: 'String', StringValue: value });
+/**
+ * Characters SQS refuses in a message (body or attribute): outside #x9 | #xA | #xD | #x20-#xD7FF |
+ * #xE000-#xFFFD | #x10000-#x10FFFF. A refused dead-letter send keeps the message coming back, so
+ * texts from errors and handlers must never carry one.
+ */
+const SQS_INVALID = /[^\t\n\r\u0020-\uD7FF\uE000-\uFFFD\u{10000}-\u{10FFFF}]/gu;
+
+/** `value` with every character SQS refuses replaced by U+FFFD. */
+export function sqsSafeText(value: string): string {
+  return value.replace(SQS_INVALID, '\uFFFD');
+}
+
+/** True when SQS accepts `value` as it is. */
+function isSqsSafe(value: string): boolean {
+  SQS_INVALID.lastIndex = 0;
+  return !SQS_INVALID.test(value);
+}
+
+const text = (value: string): MessageAttributeValue => ({ DataType: 'String', StringValue: sqsSafeText(value) });
 
 /**
  * The message attributes of a dead-letter: the original message id under `messageIdAttribute`
@@ -46,7 +64,9 @@ export function deadLetterAttributes(
   context: { queueUrl: string; messageIdAttribute: string; messageId: string | undefined; now?: Date },
 ): Record<string, MessageAttributeValue> {
   const ordered = new Map<string, MessageAttributeValue>();
-  if (context.messageId !== undefined) ordered.set(context.messageIdAttribute, text(context.messageId));
+  // An id SQS cannot carry as an attribute (it came from the body) is left out rather than altered:
+  // a replay then finds the real id in the body again, where an altered one would be a new message.
+  if (context.messageId !== undefined && isSqsSafe(context.messageId)) ordered.set(context.messageIdAttribute, text(context.messageId));
   const headers: Record<string, string> = deadLetterHeaders(outcome, context.now);
   for (const name of PRIORITY) if (headers[name] !== undefined) ordered.set(name, text(headers[name]));
   for (const [name, value] of Object.entries(headers)) if (!ordered.has(name)) ordered.set(name, text(value));

@@ -1,6 +1,7 @@
 import type { Message } from '@aws-sdk/client-sqs';
 import { describe, expect, it } from 'vitest';
-import { deadLetterAttributes, OVERFLOW_ATTRIBUTE, packAttributes } from './sqs-dead-letter.js';
+import { InboxError } from '@inboxed/core';
+import { deadLetterAttributes, OVERFLOW_ATTRIBUTE, packAttributes, sqsSafeText } from './sqs-dead-letter.js';
 import { receiveCount, sourceOf, sqsMessageId, toInboxMessage, type SqsMessageMapping } from './sqs-message.js';
 import { capVisibility, MAX_VISIBILITY_TIMEOUT_SECONDS, retryVisibilitySeconds } from './sqs-visibility.js';
 
@@ -64,5 +65,17 @@ describe('dead-letter attributes', () => {
     const overflow = JSON.parse(attributes[OVERFLOW_ATTRIBUTE]!.StringValue!) as Record<string, { value: string }>;
     expect(overflow.tenant?.value).toBe('acme');
     expect(overflow['x-inboxed-receive-count']?.value).toBe('2');
+  });
+
+  it('never carries a character SQS refuses (a refused dead-letter would keep coming back); an id it cannot carry is left to the body', () => {
+    const error = new InboxError('HANDLER_FAILED', 'bad \u0001 control \uFFFE char \u{1F600} kept');
+    const attributes = deadLetterAttributes(
+      { status: 'dead-letter', messageId: 'id-\u0002', consumer: 'c', reason: 'permanent-failure', error },
+      message(),
+      { queueUrl: 'https://q/orders', messageIdAttribute: 'message-id', messageId: 'id-\u0002', now: new Date(0) },
+    );
+    expect(attributes['x-inboxed-error']?.StringValue).toBe('bad \uFFFD control \uFFFD char \u{1F600} kept');
+    expect(attributes['message-id']).toBeUndefined();
+    for (const value of Object.values(attributes)) expect(value.StringValue).toBe(sqsSafeText(value.StringValue!));
   });
 });
