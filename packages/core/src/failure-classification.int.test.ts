@@ -1,3 +1,4 @@
+import net from 'node:net';
 import { DRIVERS, createTestDatabase, type TestDatabase } from '@inboxed/test-support';
 import { sql } from 'drizzle-orm';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
@@ -8,8 +9,26 @@ import type { InboxMessage, InboxOutcome } from './types.js';
 import { withInbox } from './with-inbox.js';
 import { withInboxBatch } from './with-inbox-batch.js';
 
+/** A port nothing listens on (fetch refuses "bad ports" such as 1 before connecting). */
+async function closedPort(): Promise<number> {
+  const server = net.createServer();
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const { port } = server.address() as net.AddressInfo;
+  await new Promise((resolve) => server.close(resolve));
+  return port;
+}
+const deadApiPort = await closedPort();
+
 /** A real `fetch` to a closed port: its cause chain carries ECONNREFUSED, like a handler's call to a dead API. */
-const callDeadApi = () => fetch('http://127.0.0.1:1/charge');
+async function callDeadApi(): Promise<never> {
+  try {
+    await fetch(`http://127.0.0.1:${deadApiPort}/charge`);
+  } catch (error) {
+    if ((error as { cause?: { code?: string } }).cause?.code !== 'ECONNREFUSED') throw new Error(`expected ECONNREFUSED, got ${String(error)}`);
+    throw error;
+  }
+  throw new Error('the dead API answered');
+}
 
 describe.each(DRIVERS)('what counts as whose failure, on %s', (driver) => {
   let t: TestDatabase;
@@ -63,11 +82,11 @@ describe.each(DRIVERS)('what counts as whose failure, on %s', (driver) => {
     expect(row!.last_error).toContain('bad byte \uFFFD and half a pair \uFFFD');
   });
 
-  it('a payload with a NUL character that PostgreSQL refuses in jsonb is a counted failure, not an endless outage', async () => {
-    const process = withInbox(async (message: InboxMessage, tx: any) => {
-      await tx.insert(t.effects).values({ messageId: message.id, value: message.payload });
+  it('a payload with a NUL character (valid JSON "\\u0000") that PostgreSQL refuses in text is a counted failure, not an endless outage', async () => {
+    const process = withInbox(async (message: InboxMessage<{ note: string }>, tx: any) => {
+      await tx.insert(t.effects).values({ messageId: message.payload.note }); // a text column: PostgreSQL refuses NUL
     }, options());
-    const poison = { id: 'nul-json', payload: JSON.parse('{"note":"a\\u0000b"}') };
+    const poison = { id: 'nul-text', payload: JSON.parse('{"note":"a\\u0000b"}') };
     const first = await process(poison);
     expect(first).toMatchObject({ status: 'retry', reason: 'handler-failed', attempt: 1 });
     expect(await process(poison)).toMatchObject({ status: 'dead-letter', reason: 'max-attempts-exceeded' });
