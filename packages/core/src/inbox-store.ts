@@ -1,4 +1,4 @@
-import { and, eq, sql, type SQL } from 'drizzle-orm';
+import { sql, type SQL } from 'drizzle-orm';
 import { getTableConfig } from 'drizzle-orm/pg-core';
 import { describeError, storableText } from './error-text.js';
 import type { InboxTables } from './schema.js';
@@ -69,8 +69,11 @@ export type Quote = (value: string) => string;
  * no parameters, and as parameterised SQL for the other drivers.
  */
 export class InboxStore {
-  private readonly inboxName: SQL;
-  private readonly inboxNameText: string;
+  private inboxName: SQL;
+  private inboxNameText: string;
+  /** Whether the inbox's name carries its schema (given, or found by {@link pinSchema}). */
+  private pinned: boolean;
+  private pinning: Promise<void> | undefined;
 
   constructor(
     private readonly tables: InboxTables,
@@ -80,6 +83,35 @@ export class InboxStore {
     // Names were validated as plain identifiers when the tables were built.
     this.inboxNameText = config.schema === undefined ? `"${config.name}"` : `"${config.schema}"."${config.name}"`;
     this.inboxName = sql.raw(this.inboxNameText);
+    this.pinned = config.schema !== undefined;
+  }
+
+  /**
+   * Without a schema option the inbox is found through `search_path`. A handler may change that
+   * inside the transaction (schema-per-tenant applications do: `SET LOCAL search_path`), and the
+   * statements that follow it (rejection, completion check) must still reach the table the claim
+   * used. So the schema the table is found in is looked up once and written into every statement
+   * from then on. Until the table exists this looks again each time; a failure here is left to the
+   * claim to report.
+   */
+  async pinSchema(db: Executable): Promise<void> {
+    if (this.pinned) return;
+    this.pinning ??= (async () => {
+      try {
+        const [row] = await rowsOf<{ schema: string | null }>(db, sql`select n.nspname as schema from pg_class c
+          join pg_namespace n on n.oid = c.relnamespace where c.oid = to_regclass(${this.inboxNameText})`);
+        if (typeof row?.schema === 'string' && !this.pinned) {
+          this.inboxNameText = `"${row.schema.replaceAll('"', '""')}".${this.inboxNameText}`;
+          this.inboxName = sql.raw(this.inboxNameText);
+          this.pinned = true;
+        }
+      } catch {
+        // The claim runs next and reports an unreachable database or missing table properly.
+      } finally {
+        this.pinning = undefined;
+      }
+    })();
+    await this.pinning;
   }
 
   /**
@@ -192,13 +224,10 @@ export class InboxStore {
   }
 
   /** Turns a claimed row into a business rejection, in the claiming transaction. */
-  async markRejected(tx: Queryable, messageId: string, reason: string): Promise<void> {
-    const { inbox } = this.tables;
+  async markRejected(tx: Executable, messageId: string, reason: string): Promise<void> {
     try {
-      await tx
-        .update(inbox)
-        .set({ status: 'rejected', reason, completedAt: sql`clock_timestamp()` })
-        .where(and(eq(inbox.consumer, this.consumer), eq(inbox.messageId, messageId)));
+      await tx.execute(sql`update ${this.inboxName} set status = 'rejected', reason = ${reason}, completed_at = clock_timestamp()
+        where consumer = ${this.consumer} and message_id = ${messageId}`);
     } catch (error) {
       throw new InboxStatementError('reject', error);
     }

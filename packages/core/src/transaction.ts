@@ -34,6 +34,7 @@ export async function runInboxTransaction<TDb extends AnyPgDatabase, T>(
   plan: TransactionPlan<TDb, T>,
 ): Promise<TransactionResult<T>> {
   const target = nodePostgresTarget(options.db);
+  await store.pinSchema(options.db);
   for (let run = 0; ; run++) {
     const result = target !== undefined
       ? await nodePostgresTransaction(target, options, store, plan)
