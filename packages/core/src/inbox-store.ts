@@ -115,18 +115,22 @@ export class InboxStore {
   }
 
   /**
-   * Bounds the claim's wait on a concurrent copy, and only that wait: the session's `lock_timeout`
-   * is saved in a transaction-local setting, replaced for the claim, and put back right after it
-   * ({@link restoreLockWaitText}), so the handler's own lock waits keep the session's setting.
-   * (`lockTimeoutMs` is a validated integer.)
+   * The consumer column of the claim, written so that evaluating it bounds the claim's wait on a
+   * concurrent copy, and only that wait: it saves the session's `lock_timeout` in a
+   * transaction-local setting, then sets `lockTimeoutMs`. The CASE evaluates its branches in order,
+   * before the row is inserted, hence before any wait on the unique index; {@link restoreText} puts
+   * the saved value back before the handler runs, so the handler's own lock waits keep the
+   * session's setting. (`lockTimeoutMs` is a validated integer.)
    */
-  boundLockWaitText(lockTimeoutMs: number): string {
-    return `select set_config('inboxed.lock_timeout', current_setting('lock_timeout'), true), set_config('lock_timeout', '${lockTimeoutMs}', true)`;
+  private boundConsumer(consumer: string, lockTimeoutMs: number | null): string {
+    if (lockTimeoutMs === null) return consumer;
+    return `case when set_config('inboxed.lock_timeout', current_setting('lock_timeout'), true) is null then null
+      when set_config('lock_timeout', '${lockTimeoutMs}', true) is null then null else ${consumer}::text end`;
   }
 
-  /** Puts back the `lock_timeout` saved by {@link boundLockWaitText}. */
-  restoreLockWaitText(): string {
-    return `select set_config('lock_timeout', current_setting('inboxed.lock_timeout'), true)`;
+  /** Puts back the `lock_timeout` saved by {@link boundConsumer}. */
+  private restoreText(): string {
+    return `set_config('lock_timeout', current_setting('inboxed.lock_timeout'), true)`;
   }
 
   /**
@@ -135,50 +139,60 @@ export class InboxStore {
    * a duplicate) or rolls back (-> claimed). Rows are optimistically written as `processed`; the
    * transaction makes that true or discards it. Returns the ids claimed.
    *
-   * The wait bound and its undo are separate statements sent without waiting for each other
-   * (postgres-js pipelines them), so they cost no round trip of their own there either. A batch
-   * passes its ids as arrays through `unnest`, so the statement has few parameters whatever its size.
+   * The wait bound costs no statement of its own: it is part of the consumer value, and a single
+   * claim puts the setting back in its RETURNING (evaluated after the insert and its waits; when the
+   * id is a duplicate nothing is returned, but then no handler runs). A batch evaluates the bound
+   * once (an uncorrelated scalar subquery) and puts it back with a separate statement, sent without
+   * waiting (postgres-js pipelines it). A batch passes its ids as arrays through `unnest`, so the
+   * statement has few parameters whatever its size.
    */
   async claim(tx: Executable, rows: readonly ClaimRow[], lockTimeoutMs: number | null): Promise<Set<string>> {
-    const insert = rows.length === 1
-      ? sql`insert into ${this.inboxName} (consumer, message_id, fingerprint, status, source, received_at)
-          values (${this.consumer}, ${rows[0]!.messageId}, ${rows[0]!.fingerprint}, 'processed', ${rows[0]!.source ?? null}, coalesce(${rows[0]!.receivedAt?.toISOString() ?? null}::timestamptz, now()))
-          on conflict do nothing returning message_id`
-      : sql`insert into ${this.inboxName} (consumer, message_id, fingerprint, status, source, received_at)
-          select ${this.consumer}, m.id, m.fp, 'processed', m.src, coalesce(m.at::timestamptz, now())
+    // The same expression as boundConsumer, with the consumer as a parameter.
+    const bound = lockTimeoutMs === null ? sql`${this.consumer}` : sql`(case when set_config('inboxed.lock_timeout', current_setting('lock_timeout'), true) is null then null
+      when set_config('lock_timeout', ${sql.raw(`'${lockTimeoutMs}'`)}, true) is null then null else ${this.consumer}::text end)`;
+    if (rows.length === 1) {
+      const [row] = rows as [ClaimRow];
+      const restore = lockTimeoutMs === null ? sql`` : sql.raw(`, ${this.restoreText()}`);
+      const insert = sql`insert into ${this.inboxName} (consumer, message_id, fingerprint, status, source, received_at)
+          values (${bound}, ${row.messageId}, ${row.fingerprint}, 'processed', ${row.source ?? null}, coalesce(${row.receivedAt?.toISOString() ?? null}::timestamptz, now()))
+          on conflict do nothing returning message_id${restore}`;
+      return new Set((await rowsOf<{ message_id: string }>(tx, insert)).map((r) => r.message_id));
+    }
+    const insert = sql`insert into ${this.inboxName} (consumer, message_id, fingerprint, status, source, received_at)
+          select (select ${bound}), m.id, m.fp, 'processed', m.src, coalesce(m.at::timestamptz, now())
           from unnest(${sql.param(rows.map((r) => r.messageId))}::text[], ${sql.param(rows.map((r) => r.fingerprint))}::text[],
                       ${sql.param(rows.map((r) => r.source ?? null))}::text[], ${sql.param(rows.map((r) => r.receivedAt?.toISOString() ?? null))}::text[]) as m(id, fp, src, at)
           on conflict do nothing returning message_id`;
     if (lockTimeoutMs === null) return new Set((await rowsOf<{ message_id: string }>(tx, insert)).map((r) => r.message_id));
-    const [, claimed] = await Promise.all([
-      rowsOf(tx, sql.raw(this.boundLockWaitText(lockTimeoutMs))),
-      rowsOf<{ message_id: string }>(tx, insert),
-      rowsOf(tx, sql.raw(this.restoreLockWaitText())),
-    ]);
+    const [claimed] = await Promise.all([rowsOf<{ message_id: string }>(tx, insert), rowsOf(tx, sql.raw(`select ${this.restoreText()}`))]);
     return new Set(claimed.map((r) => r.message_id));
   }
 
   /**
-   * The claim as one self-contained SQL text with inline literals (see {@link claim}), without the
-   * wait bound. `quote` must be the driver's own literal escaping.
+   * The claim of {@link claim} as self-contained SQL text with inline literals, restoring the lock
+   * wait included, for node-postgres to send in one round trip after BEGIN. Its first result holds
+   * the claimed ids. `quote` must be the driver's own literal escaping.
    */
-  claimText(rows: readonly ClaimRow[], quote: Quote): string {
+  claimText(rows: readonly ClaimRow[], quote: Quote, lockTimeoutMs: number | null): string {
     const literal = (value: string | null | undefined) => (value === null || value === undefined ? 'NULL' : quote(value));
     // Fingerprints (hex) and timestamps (ISO 8601) are produced here and hold no quote or
     // backslash, so they skip the per-character escaping that ids and sources need.
     const trusted = (value: string | null | undefined) => (value === null || value === undefined ? 'NULL' : `'${value}'`);
+    const consumer = this.boundConsumer(literal(this.consumer), lockTimeoutMs);
     const insert = `insert into ${this.inboxNameText} (consumer, message_id, fingerprint, status, source, received_at)`;
     const conflict = 'on conflict do nothing returning message_id';
     if (rows.length === 1) {
       const [row] = rows as [ClaimRow];
       const receivedAt = row.receivedAt === undefined ? 'now()' : `${trusted(row.receivedAt.toISOString())}::timestamptz`;
-      return `${insert} values (${literal(this.consumer)}, ${literal(row.messageId)}, ${trusted(row.fingerprint)}, 'processed', ${literal(row.source)}, ${receivedAt}) ${conflict}`;
+      const restore = lockTimeoutMs === null ? '' : `, ${this.restoreText()}`;
+      return `${insert} values (${consumer}, ${literal(row.messageId)}, ${trusted(row.fingerprint)}, 'processed', ${literal(row.source)}, ${receivedAt}) ${conflict}${restore}`;
     }
     const array = (values: (string | null | undefined)[], quoteOne: typeof literal) => `ARRAY[${values.map(quoteOne).join(',')}]::text[]`;
-    return `${insert} select ${literal(this.consumer)}, m.id, m.fp, 'processed', m.src, coalesce(m.at::timestamptz, now())
+    const text = `${insert} select (select ${consumer}), m.id, m.fp, 'processed', m.src, coalesce(m.at::timestamptz, now())
       from unnest(${array(rows.map((r) => r.messageId), literal)}, ${array(rows.map((r) => r.fingerprint), trusted)},
                   ${array(rows.map((r) => r.source), literal)}, ${array(rows.map((r) => r.receivedAt?.toISOString()), trusted)}) as m(id, fp, src, at)
       ${conflict}`;
+    return lockTimeoutMs === null ? text : `${text}; select ${this.restoreText()}`;
   }
 
   /**
@@ -190,33 +204,46 @@ export class InboxStore {
    * - the handler sent ROLLBACK or COMMIT itself: the rows are gone, or no transaction is open
    *   (`txid_current_if_assigned()` is null in the implicit transaction of a lone statement);
    * - the handler deleted the rows it runs under.
-   * In the last two cases the check raises {@link CLAIM_LOST_MARKER}.
+   * In the last two cases the check raises {@link CLAIM_LOST_MARKER}. A batch's ids are looked up
+   * one index probe each (a LATERAL subquery with LIMIT, which the planner cannot flatten): with
+   * `message_id = any(...)`, a table without statistics yet (every new deployment) is planned as a
+   * scan of all the consumer's rows, because `consumer = $1` is guessed selective while in fact
+   * every row has it; each check then grew with the table.
    */
   verify(tx: Executable, messageIds: readonly string[]): Promise<unknown> {
-    const where = messageIds.length === 1
-      ? sql`message_id = ${messageIds[0]!}`
-      : sql`message_id = any(${sql.param([...messageIds])}::text[])`;
+    const rows = messageIds.length === 1
+      ? sql`from ${this.inboxName} where consumer = ${this.consumer} and message_id = ${messageIds[0]!}`
+      : sql`from ${this.ids(messageIds)}
+          cross join lateral (select 1 from ${this.inboxName} i where i.consumer = ${this.consumer} and i.message_id = m.id limit 1) as found`;
     return tx.execute(sql`select case when count(*) = ${messageIds.length} and txid_current_if_assigned() is not null then 0
         else (${CLAIM_LOST_MARKER + ' '} || count(*) || ${'/' + messageIds.length} || case when txid_current_if_assigned() is null then ' (no transaction)' else '' end)::int end
-      from ${this.inboxName} where consumer = ${this.consumer} and ${where}`);
+      ${rows}`);
   }
 
   /** {@link verify} as inline-literal text, to send in one round trip with COMMIT. */
   verifyText(messageIds: readonly string[], quote: Quote): string {
-    const where = messageIds.length === 1
-      ? `message_id = ${quote(messageIds[0]!)}`
-      : `message_id = any(ARRAY[${messageIds.map(quote).join(',')}]::text[])`;
+    const rows = messageIds.length === 1
+      ? `from ${this.inboxNameText} where consumer = ${quote(this.consumer)} and message_id = ${quote(messageIds[0]!)}`
+      : `from unnest(ARRAY[${messageIds.map(quote).join(',')}]::text[]) as m(id)
+          cross join lateral (select 1 from ${this.inboxNameText} i where i.consumer = ${quote(this.consumer)} and i.message_id = m.id limit 1) as found`;
     return `select case when count(*) = ${messageIds.length} and txid_current_if_assigned() is not null then 0
         else ('${CLAIM_LOST_MARKER} ' || count(*) || '/${messageIds.length}' || case when txid_current_if_assigned() is null then ' (no transaction)' else '' end)::int end
-      from ${this.inboxNameText} where consumer = ${quote(this.consumer)} and ${where}`;
+      ${rows}`;
+  }
+
+  /** `unnest` of ids as `m(id)`, for the LATERAL lookups of {@link verify} and {@link find}. */
+  private ids(messageIds: readonly string[]): SQL {
+    return sql`unnest(${sql.param([...messageIds])}::text[]) as m(id)`;
   }
 
   /** Reads the committed rows of ids that could not be claimed. */
   async find(tx: Executable, messageIds: readonly string[]): Promise<Map<string, ExistingRow>> {
     let rows: { message_id: string; fingerprint: string | null; status: string; reason: string | null }[];
     try {
-      rows = await rowsOf(tx, sql`select message_id, fingerprint, status, reason from ${this.inboxName}
-          where consumer = ${this.consumer} and message_id = any(${sql.param([...messageIds])}::text[])`);
+      // One index probe per id, whatever the table's statistics say (see verify).
+      rows = await rowsOf(tx, sql`select i.message_id, i.fingerprint, i.status, i.reason from ${this.ids(messageIds)}
+          cross join lateral (select message_id, fingerprint, status, reason from ${this.inboxName} i
+                              where i.consumer = ${this.consumer} and i.message_id = m.id limit 1) as i`);
     } catch (error) {
       throw new InboxStatementError('find', error);
     }

@@ -110,13 +110,11 @@ export async function nodePostgresTransaction<TDb extends AnyPgDatabase, T>(
   try {
     const quote = (value: string) => client.escapeLiteral(value);
     const begin = options.isolationLevel === undefined ? 'begin' : `begin isolation level ${options.isolationLevel}`;
-    const wait = plan.lockTimeoutMs;
-    const claim = store.claimText(plan.rows, quote);
+    const claim = store.claimText(plan.rows, quote, plan.lockTimeoutMs);
     let claimed: Set<string>;
     try {
-      const text = wait === null ? `${begin}; ${claim}` : `${begin}; ${store.boundLockWaitText(wait)}; ${claim}; ${store.restoreLockWaitText()}`;
-      const results = resultsOf(await client.query(text));
-      claimed = new Set((results[wait === null ? 1 : 2]!.rows as { message_id: string }[]).map((r) => r.message_id));
+      const results = resultsOf(await client.query(`${begin}; ${claim}`));
+      claimed = new Set((results[1]!.rows as { message_id: string }[]).map((r) => r.message_id));
     } catch (error) {
       const problem = firstOf(await rollback(client), connectionProblem);
       failure = problem !== undefined ? { kind: 'outage', error } : claimFailure(error);
