@@ -1,6 +1,7 @@
-import { DRIVERS, createTestDatabase, type TestDatabase } from '@inboxed/test-support';
+import { DRIVERS, type TestDatabase } from '@inboxed/test-support';
 import { sql } from 'drizzle-orm';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { beforeEach, describe, expect, it } from 'vitest';
+import { useMigratedDatabase } from './__tests__/migrated-database.js';
 import { PermanentError } from './errors.js';
 import { migrate } from './migrations/migrate.js';
 import { reject, type InboxMessage } from './types.js';
@@ -10,16 +11,11 @@ import { withInboxBatch } from './with-inbox-batch.js';
 const rowsOf = (result: unknown) => (Array.isArray(result) ? result : (result as { rows: unknown[] }).rows) as Record<string, unknown>[];
 
 describe.each(DRIVERS)('copies of one id inside a batch, on %s', (driver) => {
+  const database = useMigratedDatabase(driver);
   let t: TestDatabase;
-  beforeEach(async () => {
-    t = await createTestDatabase(driver);
-    await migrate(t.db, { schema: t.schema });
-  });
-  afterEach(async () => {
-    await t.close();
-  });
+  beforeEach(() => void (t = database.t));
 
-  const options = (extra: Record<string, unknown> = {}) => ({ db: t.db, consumer: 'c', tables: { schema: t.schema }, backoff: { baseDelayMs: 1 }, ...extra });
+  const options = database.options;
   const insertAll = async (messages: InboxMessage[], tx: any) => {
     await tx.insert(t.effects).values(messages.map((m) => ({ messageId: m.id, value: m.payload })));
   };
@@ -82,16 +78,11 @@ describe.each(DRIVERS)('copies of one id inside a batch, on %s', (driver) => {
 
 // Two transactions at once need a real server: PGlite runs one transaction at a time.
 describe.each(DRIVERS.filter((d) => d !== 'pglite'))('lock waits on %s', (driver) => {
+  const database = useMigratedDatabase(driver, { poolSize: 6 });
   let t: TestDatabase;
-  beforeEach(async () => {
-    t = await createTestDatabase(driver, { poolSize: 6 });
-    await migrate(t.db, { schema: t.schema });
-  });
-  afterEach(async () => {
-    await t.close();
-  });
+  beforeEach(() => void (t = database.t));
 
-  const options = (extra: Record<string, unknown> = {}) => ({ db: t.db, consumer: 'c', tables: { schema: t.schema }, backoff: { baseDelayMs: 1 }, ...extra });
+  const options = database.options;
 
   /** Starts a per-message delivery of `id` that holds its inbox row until `release()`. */
   async function holdRow(id: string) {

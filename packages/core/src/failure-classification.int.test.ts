@@ -1,7 +1,8 @@
 import net from 'node:net';
-import { DRIVERS, createTestDatabase, type TestDatabase } from '@inboxed/test-support';
+import { DRIVERS, type TestDatabase } from '@inboxed/test-support';
 import { sql } from 'drizzle-orm';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { beforeEach, describe, expect, it } from 'vitest';
+import { useMigratedDatabase } from './__tests__/migrated-database.js';
 import { deadLetterHeaders } from './adapter/outcomes.js';
 import { InboxError, InboxErrorCodes } from './errors.js';
 import { migrate } from './migrations/migrate.js';
@@ -31,16 +32,11 @@ async function callDeadApi(): Promise<never> {
 }
 
 describe.each(DRIVERS)('what counts as whose failure, on %s', (driver) => {
+  const database = useMigratedDatabase(driver, { poolSize: 4 });
   let t: TestDatabase;
-  beforeEach(async () => {
-    t = await createTestDatabase(driver, { poolSize: 4 });
-    await migrate(t.db, { schema: t.schema });
-  });
-  afterEach(async () => {
-    await t.close();
-  });
+  beforeEach(() => void (t = database.t));
 
-  const options = (extra: Record<string, unknown> = {}) => ({ db: t.db, consumer: 'c', tables: { schema: t.schema }, backoff: { baseDelayMs: 1 }, maxAttempts: 2, ...extra });
+  const options = (extra: Record<string, unknown> = {}) => database.options({ maxAttempts: 2, ...extra });
   const attempts = () => t.query<{ message_id: string; attempts: number; last_error: string; last_error_code: string }>(
     `select message_id, attempts, last_error, last_error_code from "${t.schema}".inbox_attempts order by 1`,
   );

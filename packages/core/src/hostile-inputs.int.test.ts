@@ -1,5 +1,6 @@
-import { DRIVERS, createTestDatabase, type TestDatabase } from '@inboxed/test-support';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { DRIVERS, type TestDatabase } from '@inboxed/test-support';
+import { beforeEach, describe, expect, it } from 'vitest';
+import { useMigratedDatabase } from './__tests__/migrated-database.js';
 import { InboxErrorCodes } from './errors.js';
 import { migrate } from './migrations/migrate.js';
 import { reject, type InboxMessage } from './types.js';
@@ -8,16 +9,11 @@ import { withInbox } from './with-inbox.js';
 import { withInboxBatch } from './with-inbox-batch.js';
 
 describe.each(DRIVERS)('hostile inputs and callbacks on %s', (driver) => {
+  const database = useMigratedDatabase(driver);
   let t: TestDatabase;
-  beforeEach(async () => {
-    t = await createTestDatabase(driver);
-    await migrate(t.db, { schema: t.schema });
-  });
-  afterEach(async () => {
-    await t.close();
-  });
+  beforeEach(() => void (t = database.t));
 
-  const options = (extra: Record<string, unknown> = {}) => ({ db: t.db, consumer: 'c', tables: { schema: t.schema }, backoff: { baseDelayMs: 1 }, ...extra });
+  const options = database.options;
   const insert = async (message: InboxMessage, tx: any) => {
     await tx.insert(t.effects).values({ messageId: message.id });
   };

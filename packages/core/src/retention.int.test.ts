@@ -1,19 +1,15 @@
-import { DRIVERS, createTestDatabase, type TestDatabase } from '@inboxed/test-support';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { DRIVERS, type TestDatabase } from '@inboxed/test-support';
+import { beforeEach, describe, expect, it } from 'vitest';
+import { useMigratedDatabase } from './__tests__/migrated-database.js';
 import { InboxErrorCodes } from './errors.js';
 import { migrate } from './migrations/migrate.js';
 import { purgeInbox } from './retention.js';
 import { withInbox } from './with-inbox.js';
 
 describe.each(DRIVERS)('purgeInbox on %s', (driver) => {
+  const database = useMigratedDatabase(driver);
   let t: TestDatabase;
-  beforeEach(async () => {
-    t = await createTestDatabase(driver);
-    await migrate(t.db, { schema: t.schema });
-  });
-  afterEach(async () => {
-    await t.close();
-  });
+  beforeEach(() => void (t = database.t));
 
   it('deletes only rows older than the window, in batches, for the chosen consumer', async () => {
     const tables = { schema: t.schema };

@@ -2,7 +2,8 @@ import { DRIVERS, createTestDatabase, databaseUrl, type TestDatabase } from '@in
 import { sql } from 'drizzle-orm';
 import { drizzle as drizzleNodePg } from 'drizzle-orm/node-postgres';
 import pg from 'pg';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { beforeEach, describe, expect, it } from 'vitest';
+import { useMigratedDatabase } from './__tests__/migrated-database.js';
 import { InboxErrorCodes } from './errors.js';
 import { migrate } from './migrations/migrate.js';
 import { reject, type InboxMessage } from './types.js';
@@ -13,20 +14,15 @@ import { withInboxBatch } from './with-inbox-batch.js';
 // handlers break the transaction in the ways real code does (a caught failing statement) and
 // hostile code does (raw ROLLBACK/COMMIT); the outcome is checked against the database's real state.
 describe.each(DRIVERS)('transaction integrity on %s', (driver) => {
+  const database = useMigratedDatabase(driver, { poolSize: 4 });
   let t: TestDatabase;
-  beforeEach(async () => {
-    t = await createTestDatabase(driver, { poolSize: 4 });
-    await migrate(t.db, { schema: t.schema });
-  });
-  afterEach(async () => {
-    await t.close();
-  });
+  beforeEach(() => void (t = database.t));
 
   const inboxIds = async () => (await t.query<{ message_id: string }>(`select message_id from "${t.schema}".inbox order by 1`)).map((r) => r.message_id);
   const attempts = () => t.query<{ message_id: string; attempts: number; last_error_code: string }>(
     `select message_id, attempts, last_error_code from "${t.schema}".inbox_attempts order by 1`,
   );
-  const options = (extra: Record<string, unknown> = {}) => ({ db: t.db, consumer: 'c', tables: { schema: t.schema }, backoff: { baseDelayMs: 1 }, ...extra });
+  const options = database.options;
 
   /** The everyday "insert, ignore the unique violation" pattern: PostgreSQL aborts the whole transaction anyway. */
   async function insertIgnoringDuplicate(tx: any, messageId: string) {

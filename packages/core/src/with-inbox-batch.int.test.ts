@@ -1,19 +1,15 @@
-import { DRIVERS, createTestDatabase, type TestDatabase } from '@inboxed/test-support';
-import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
+import { DRIVERS, type TestDatabase } from '@inboxed/test-support';
+import { beforeEach, describe, expect, it, vi } from 'vitest';
+import { useMigratedDatabase } from './__tests__/migrated-database.js';
 import { PermanentError } from './errors.js';
 import { migrate } from './migrations/migrate.js';
 import { reject, type InboxMessage } from './types.js';
 import { withInboxBatch, type InboxBatchHandler } from './with-inbox-batch.js';
 
 describe.each(DRIVERS)('withInboxBatch on %s', (driver) => {
+  const database = useMigratedDatabase(driver);
   let t: TestDatabase;
-  beforeEach(async () => {
-    t = await createTestDatabase(driver);
-    await migrate(t.db, { schema: t.schema });
-  });
-  afterEach(async () => {
-    await t.close();
-  });
+  beforeEach(() => void (t = database.t));
 
   const setBased = vi.fn<InboxBatchHandler<any>>(async (messages, tx) => {
     await tx.insert(t.effects).values(messages.map((m) => ({ messageId: m.id, value: m.payload })));

@@ -1,5 +1,6 @@
-import { DRIVERS, createTestDatabase, type TestDatabase } from '@inboxed/test-support';
-import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
+import { DRIVERS, type TestDatabase } from '@inboxed/test-support';
+import { beforeEach, describe, expect, it, vi } from 'vitest';
+import { useMigratedDatabase } from './__tests__/migrated-database.js';
 import { InboxErrorCodes, PermanentError } from './errors.js';
 import { migrate } from './migrations/migrate.js';
 import { reject, type InboxMessage } from './types.js';
@@ -8,14 +9,9 @@ import { withInbox } from './with-inbox.js';
 // The same behaviour, proven on every supported driver: real PostgreSQL through node-postgres and
 // postgres-js, and embedded PGlite.
 describe.each(DRIVERS)('withInbox on %s', (driver) => {
+  const database = useMigratedDatabase(driver, { poolSize: 20 });
   let t: TestDatabase;
-  beforeEach(async () => {
-    t = await createTestDatabase(driver, { poolSize: 20 });
-    await migrate(t.db, { schema: t.schema });
-  });
-  afterEach(async () => {
-    await t.close();
-  });
+  beforeEach(() => void (t = database.t));
 
   const inboxRows = () => t.query<{ message_id: string; status: string; reason: string | null }>(`select message_id, status, reason from "${t.schema}".inbox order by message_id`);
   const attemptRows = () => t.query<{ message_id: string; attempts: number; last_error: string }>(`select message_id, attempts, last_error from "${t.schema}".inbox_attempts`);
