@@ -42,6 +42,13 @@ async function openDatabase(): Promise<{ db: AnyPgDatabase; label: string; close
   return { db: drizzlePglite(client), label: 'embedded PGlite (set DATABASE_URL to use PostgreSQL)', close: () => client.close() };
 }
 
+/** Checks and types the payload before any database work; a malformed one is dead-lettered. (zod's `Order.parse` fits here too.) */
+function parseOrder(payload: unknown): { amountCents: number } {
+  const amountCents = (payload as { amountCents?: unknown } | null)?.amountCents;
+  if (typeof amountCents !== 'number' || !Number.isInteger(amountCents)) throw new TypeError('amountCents must be an integer');
+  return { amountCents };
+}
+
 async function main(): Promise<void> {
   const { db, label, close } = await openDatabase();
   const rand = random(42);
@@ -53,7 +60,7 @@ async function main(): Promise<void> {
   const flaky = new Set(Array.from({ length: UNIQUE_MESSAGES }, (_, i) => i).filter(() => rand() < 0.02).map((i) => `order-${i}`));
   const failedOnce = new Set<string>();
 
-  const processOrder = withInbox(async (message: InboxMessage<{ amountCents: number }>, tx) => {
+  const processOrder = withInbox(async (message, tx) => {
     if (flaky.has(message.id) && !failedOnce.has(message.id)) {
       failedOnce.add(message.id);
       throw new Error('payment service timed out');
@@ -61,7 +68,7 @@ async function main(): Promise<void> {
     // A plain insert: a second application of the same order would violate the primary key, so
     // the demo would crash loudly if the inbox ever let a duplicate through.
     await tx.insert(orders).values({ orderId: message.id, amountCents: message.payload.amountCents });
-  }, { db, consumer: 'demo.orders', tables: { schema: SCHEMA }, maxAttempts: 5, backoff: { baseDelayMs: 1 } });
+  }, { db, consumer: 'demo.orders', tables: { schema: SCHEMA }, maxAttempts: 5, backoff: { baseDelayMs: 1 }, parse: parseOrder });
 
   // The "broker": every order delivered 1-4 times, some copies at the same instant, plus a few
   // payload conflicts (id reused with another amount) and malformed messages.

@@ -1,4 +1,4 @@
-import { PermanentError, isInboxError, type InboxError } from '@inboxed/core';
+import { InboxError, PermanentError, isInboxError } from '@inboxed/core';
 import { uniqueName, waitFor } from '@inboxed/test-support';
 import amqp from 'amqplib';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
@@ -94,7 +94,8 @@ describe('retry copies and the attempt header', () => {
       const reasons = ['database-unavailable', 'handler-failed'];
       let call = 0;
       const processor = Object.assign(async (m: { id: string; attempt?: number }) => ({
-        status: 'retry' as const, messageId: m.id, consumer: 'c', reason: reasons[call++]!, attempt: m.attempt ?? 1, retryAfterMs: 10,
+        status: 'retry' as const, messageId: m.id, consumer: 'c', reason: reasons[call]!, attempt: m.attempt ?? 1, retryAfterMs: 10,
+        error: new InboxError(reasons[call++] === 'handler-failed' ? 'HANDLER_FAILED' : 'DATABASE_UNAVAILABLE', 'simulated'),
       }), { kind: 'single' as const, consumer: 'c', checkTables: async () => {} });
       const onMessage = createAmqpMessageHandler(channel, processor, { queue: f.queue, retryDelaysMs: [60_000] });
       const { consumerTag } = await channel.consume(f.queue, onMessage);

@@ -79,8 +79,8 @@ describe.each(DRIVERS)('what counts as whose failure, on %s', (driver) => {
   });
 
   it('a payload with a NUL character (valid JSON "\\u0000") that PostgreSQL refuses in text is a counted failure, not an endless outage', async () => {
-    const process = withInbox(async (message: InboxMessage<{ note: string }>, tx: any) => {
-      await tx.insert(t.effects).values({ messageId: message.payload.note }); // a text column: PostgreSQL refuses NUL
+    const process = withInbox(async (message: InboxMessage, tx: any) => {
+      await tx.insert(t.effects).values({ messageId: (message.payload as { note: string }).note }); // a text column: PostgreSQL refuses NUL
     }, options());
     const poison = { id: 'nul-text', payload: JSON.parse('{"note":"a\\u0000b"}') };
     const first = await process(poison);
@@ -93,8 +93,8 @@ describe.each(DRIVERS)('what counts as whose failure, on %s', (driver) => {
     const secret = 'card-4111-1111-1111-1111';
     await t.query(`create unique index effects_message_once on "${t.schema}".effects (message_id)`);
     await t.query(`insert into "${t.schema}".effects (message_id) values ('taken')`);
-    const process = withInbox(async (message: InboxMessage<{ card: string }>, tx: any) => {
-      await tx.insert(t.effects).values({ messageId: 'taken', value: { card: message.payload.card } });
+    const process = withInbox(async (message: InboxMessage, tx: any) => {
+      await tx.insert(t.effects).values({ messageId: 'taken', value: { card: (message.payload as { card: string }).card } });
     }, options({ maxAttempts: 1 }));
     const outcome: InboxOutcome = await process({ id: 'leak', payload: { card: secret } });
     expect(outcome).toMatchObject({ status: 'dead-letter', reason: 'max-attempts-exceeded' });

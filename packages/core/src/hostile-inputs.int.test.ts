@@ -92,7 +92,7 @@ describe.each(DRIVERS)('hostile inputs and callbacks on %s', (driver) => {
 
   it('parse may be async; a parse that throws or rejects dead-letters the message as validation-failed', async () => {
     const seen: unknown[] = [];
-    const parsed = withInbox(async (message: InboxMessage<number>) => void seen.push(message.payload), options({ parse: async (p: unknown) => Number(p) * 2 }));
+    const parsed = withInbox(async (message) => void seen.push(message.payload), { ...options(), parse: async (p: unknown) => Number(p) * 2 });
     expect(await parsed({ id: 'ok', payload: 21 })).toMatchObject({ status: 'processed' });
     expect(seen).toEqual([42]);
     for (const parse of [() => { throw new Error('no'); }, () => Promise.reject(new Error('no'))]) {

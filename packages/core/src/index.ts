@@ -8,6 +8,9 @@
 export { withInbox, type InboxHandler } from './with-inbox.js';
 export { withInboxBatch, type InboxBatchHandler, type BatchHandlerContext, type BatchRejections } from './with-inbox-batch.js';
 export type { InboxOptions } from './options.js';
+export { wrapProcessor, type ProcessorMiddleware, type BatchProcessorMiddleware } from './wrap-processor.js';
+export type { StandardSchemaV1 } from './standard-schema.js';
+export type { ValidationIssue } from './prepare.js';
 export {
   reject,
   isRejection,
@@ -17,6 +20,13 @@ export {
   type TransactionOf,
   type InboxMessage,
   type InboxOutcome,
+  type OutcomeFields,
+  type ProcessedOutcome,
+  type DuplicateOutcome,
+  type RejectedOutcome,
+  type RetryOutcome,
+  type DeadLetterOutcome,
+  type ConflictOutcome,
   type InboxStatus,
   type OutcomeReason,
   type Rejection,

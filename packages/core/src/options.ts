@@ -4,7 +4,8 @@ import { describeError } from './error-text.js';
 import { InboxError, InboxErrorCodes } from './errors.js';
 import type { FingerprintOption } from './fingerprint.js';
 import { createInboxTables, type InboxTableNames, type InboxTables } from './schema.js';
-import type { AnyPgDatabase, InboxMessage } from './types.js';
+import type { StandardSchemaV1 } from './standard-schema.js';
+import type { AnyPgDatabase } from './types.js';
 import { isWellFormed } from './unicode.js';
 
 /** Options shared by {@link withInbox} and {@link withInboxBatch}. */
@@ -31,10 +32,26 @@ export interface InboxOptions<TDb extends AnyPgDatabase, TPayload = unknown> {
    */
   onPayloadMismatch?: 'conflict' | 'duplicate';
   /**
-   * Validates and converts the payload before any database work (e.g. `schema.parse`). A throw
-   * dead-letters the message with reason `validation-failed`: retrying a malformed message cannot help.
+   * Validates the payload before any database work, with any Standard Schema validator (zod,
+   * valibot, arktype, ...), and types it: the handler's `message.payload` is the schema's output.
+   * Invalid payloads are dead-lettered with reason `validation-failed` (`VALIDATION_FAILED`, the
+   * issues in `error.details.issues`): retrying a malformed message cannot help. The fingerprint is
+   * taken from the payload as delivered, before validation. Use `schema` or `parse`, not both.
+   *
+   * ```ts
+   * const Order = z.object({ id: z.string(), amountCents: z.number().int() });
+   * withInbox(async (message, tx) => {
+   *   message.payload.amountCents; // number
+   * }, { db, consumer: 'billing', schema: Order });
+   * ```
    */
-  parse?: (payload: unknown, message: InboxMessage) => TPayload | Promise<TPayload>;
+  schema?: StandardSchemaV1<unknown, TPayload>;
+  /**
+   * Validates and converts the payload with a plain function (`Order.parse` of zod works as is); its
+   * return type types the handler's payload. A throw or rejection dead-letters the message with
+   * reason `validation-failed`. Use `schema` or `parse`, not both.
+   */
+  parse?: (payload: unknown) => TPayload | Promise<TPayload>;
   /** Attempts (including the first) before a failing message is dead-lettered. Default 5. */
   maxAttempts?: number;
   /** Backoff between attempts, reported as `retryAfterMs`. Default 1 s doubling to 5 min, full jitter. */
@@ -63,7 +80,8 @@ export interface ResolvedOptions<TDb extends AnyPgDatabase, TPayload> {
   tables: InboxTables;
   fingerprint: FingerprintOption;
   onPayloadMismatch: 'conflict' | 'duplicate';
-  parse: ((payload: unknown, message: InboxMessage) => TPayload | Promise<TPayload>) | undefined;
+  schema: StandardSchemaV1<unknown, TPayload> | undefined;
+  parse: ((payload: unknown) => TPayload | Promise<TPayload>) | undefined;
   maxAttempts: number;
   backoff: BackoffOptions;
   isPermanent: (error: unknown) => boolean;
@@ -147,6 +165,11 @@ export function resolveOptions<TDb extends AnyPgDatabase, TPayload>(options: Inb
   }
   const onPayloadMismatch = options.onPayloadMismatch ?? 'conflict';
   if (onPayloadMismatch !== 'conflict' && onPayloadMismatch !== 'duplicate') invalid("options.onPayloadMismatch must be 'conflict' or 'duplicate'");
+  const { schema } = options;
+  if (schema !== undefined && typeof (schema as Partial<StandardSchemaV1>)?.['~standard']?.validate !== 'function') {
+    invalid("options.schema must be a Standard Schema validator (an object with '~standard'.validate): zod, valibot, arktype, ...");
+  }
+  if (schema !== undefined && options.parse !== undefined) invalid('options.schema and options.parse validate the same payload: give one of them');
   for (const name of ['parse', 'isPermanent'] as const) {
     if (options[name] !== undefined && typeof options[name] !== 'function') invalid(`options.${name} must be a function`);
   }
@@ -159,6 +182,7 @@ export function resolveOptions<TDb extends AnyPgDatabase, TPayload>(options: Inb
     tables,
     fingerprint,
     onPayloadMismatch,
+    schema,
     parse: options.parse,
     maxAttempts,
     backoff: resolveBackoff(options.backoff),

@@ -1,8 +1,9 @@
-import { describeError } from './error-text.js';
+import { describeError, storableText } from './error-text.js';
 import { InboxError, InboxErrorCodes } from './errors.js';
 import { fingerprintMessage } from './fingerprint.js';
 import { checkMessageId, displayMessageId } from './message-id.js';
 import { isStorableText, type ResolvedOptions } from './options.js';
+import type { StandardSchemaV1 } from './standard-schema.js';
 import { OutcomeReasons, type AnyPgDatabase, type InboxMessage, type InboxOutcome } from './types.js';
 
 /** @internal a delivery that passed every check that needs no database. */
@@ -87,15 +88,43 @@ export async function prepareMessage<TPayload>(
     );
   }
 
+  const invalidPayload = (text: string, cause?: unknown, issues?: ValidationIssue[]) =>
+    dead(OutcomeReasons.VALIDATION_FAILED, new InboxError(InboxErrorCodes.VALIDATION_FAILED, `payload failed validation: ${text}`, {
+      cause, messageIds: [id], ...(issues === undefined ? {} : { details: { issues } }),
+    }));
+  if (options.schema !== undefined) {
+    let result: StandardSchemaV1.Result<TPayload>;
+    try {
+      result = await options.schema['~standard'].validate(message.payload);
+    } catch (error) {
+      return invalidPayload(describeError(error), error);
+    }
+    if (result.issues !== undefined) {
+      const issues = describeIssues(result.issues);
+      return invalidPayload(issues.slice(0, 5).map((i) => (i.path === '' ? i.message : `${i.path}: ${i.message}`)).join('; ') || 'invalid', undefined, issues);
+    }
+    return { message: { ...message, payload: result.value }, fingerprint };
+  }
   if (options.parse === undefined) return { message: message as InboxMessage<TPayload>, fingerprint };
   try {
-    return { message: { ...message, payload: await options.parse(message.payload, message) }, fingerprint };
+    return { message: { ...message, payload: await options.parse(message.payload) }, fingerprint };
   } catch (error) {
-    return dead(
-      OutcomeReasons.VALIDATION_FAILED,
-      new InboxError(InboxErrorCodes.VALIDATION_FAILED, `payload failed validation: ${describeError(error)}`, { cause: error, messageIds: [id] }),
-    );
+    return invalidPayload(describeError(error), error);
   }
+}
+
+/** One validation issue as reported on the outcome: where (`items.0.qty`, or '' for the root) and what. */
+export interface ValidationIssue {
+  path: string;
+  message: string;
+}
+
+/** Standard Schema issues as storable, bounded text (at most 20 of them). */
+function describeIssues(issues: readonly StandardSchemaV1.Issue[]): ValidationIssue[] {
+  return issues.slice(0, 20).map((issue) => ({
+    path: (issue.path ?? []).map((segment) => String(typeof segment === 'object' && segment !== null ? segment.key : segment)).join('.'),
+    message: storableText(String(issue.message), 300),
+  }));
 }
 
 /** @internal True when {@link prepareMessage} already produced a final outcome. */

@@ -38,8 +38,8 @@ export interface InboxMessage<TPayload = unknown> {
   source?: string;
 }
 
-/** What became of one delivery. Adapters act on `status`; everything else is for logs and headers. */
-export type InboxStatus = 'processed' | 'duplicate' | 'rejected' | 'conflict' | 'retry' | 'dead-letter';
+/** What the adapter must do: ack (`processed`, `duplicate`, `rejected`), redeliver later (`retry`), or dead-letter (`dead-letter`, `conflict`). */
+export type InboxStatus = InboxOutcome['status'];
 
 /**
  * Stable reasons attached to outcomes. Adapters copy them into dead-letter headers, so they never
@@ -83,19 +83,20 @@ export const OutcomeReasons = {
 /** A reason from {@link OutcomeReasons}, a business rejection reason, or an adapter's reason. */
 export type OutcomeReason = (typeof OutcomeReasons)[keyof typeof OutcomeReasons] | (string & {});
 
-/** The result of processing one delivery. */
-export interface InboxOutcome {
-  /** What the adapter must do: ack (`processed`, `duplicate`, `rejected`), redeliver later (`retry`), or dead-letter (`dead-letter`, `conflict`). */
-  status: InboxStatus;
-  /** The message id (as received, stringified when it was not a string). */
+/**
+ * Fields every outcome may carry. Which of them are always present depends on `status`; narrow on it
+ * (see {@link InboxOutcome}) and TypeScript knows, e.g., that a `retry` has `retryAfterMs`.
+ */
+export interface OutcomeFields {
+  /** The message id (as received, or a printable form of an invalid one). */
   messageId: string;
   /** The consumer (dedup scope) that processed it. */
   consumer: string;
   /** Why: a stable {@link OutcomeReason}, or the business reason given to `reject()`. */
   reason?: OutcomeReason;
-  /** The error behind a `retry`, `dead-letter` or `conflict`. */
+  /** The error behind a `retry`, `dead-letter` or `conflict` (also on a `duplicate` accepted despite a payload mismatch). */
   error?: InboxError;
-  /** The attempt number this outcome concerns (durable count when known, else the broker's). */
+  /** The attempt this outcome concerns: the durable count of failures for counted failures, else the broker's delivery count. */
   attempt?: number;
   /** For `retry`: how long to wait before the next attempt (exponential backoff, full jitter). */
   retryAfterMs?: number;
@@ -104,6 +105,59 @@ export interface InboxOutcome {
   /** Latest failed attempt, when failures were recorded. */
   lastAttemptAt?: Date;
 }
+
+/** `processed`: the handler's effect committed together with the inbox row. Ack. */
+export interface ProcessedOutcome extends OutcomeFields {
+  status: 'processed';
+}
+
+/**
+ * `duplicate`: this consumer already completed the id; the handler did not run. Ack. `reason` is the
+ * stored rejection reason, `duplicate-in-batch`, or `payload-mismatch` (with `error`) when
+ * `onPayloadMismatch: 'duplicate'` accepted a different payload.
+ */
+export interface DuplicateOutcome extends OutcomeFields {
+  status: 'duplicate';
+}
+
+/** `rejected`: the handler returned `reject(reason)`; recorded as completed. Ack. */
+export interface RejectedOutcome extends OutcomeFields {
+  status: 'rejected';
+  reason: string;
+}
+
+/** `retry`: redeliver after `retryAfterMs`. `reason` says whether it was counted (`handler-failed`) or not. */
+export interface RetryOutcome extends OutcomeFields {
+  status: 'retry';
+  reason: OutcomeReason;
+  error: InboxError;
+  retryAfterMs: number;
+}
+
+/** `dead-letter`: retrying cannot help; dead-letter with `reason` and `error`, then ack. */
+export interface DeadLetterOutcome extends OutcomeFields {
+  status: 'dead-letter';
+  reason: OutcomeReason;
+  error: InboxError;
+}
+
+/** `conflict`: the id is known with a different payload (`payload-mismatch`); dead-letter, then ack. */
+export interface ConflictOutcome extends OutcomeFields {
+  status: 'conflict';
+  reason: OutcomeReason;
+  error: InboxError;
+}
+
+/**
+ * What became of one delivery, discriminated by `status`. Adapters act on `status`; everything else
+ * is for logs and headers. Narrowing gives the fields a status always has:
+ *
+ * ```ts
+ * if (outcome.status === 'retry') setTimeout(redeliver, outcome.retryAfterMs);
+ * if (outcome.status === 'dead-letter') log.warn(outcome.reason, outcome.error.code);
+ * ```
+ */
+export type InboxOutcome = ProcessedOutcome | DuplicateOutcome | RejectedOutcome | RetryOutcome | DeadLetterOutcome | ConflictOutcome;
 
 /** A stable business rejection returned by a handler; see {@link reject}. */
 export interface Rejection {

@@ -95,7 +95,7 @@ function outcomeOfCopy(
  * when its payload differs, the same `retry` or `dead-letter` when the first copy failed.
  */
 export function withInboxBatch<TDb extends AnyPgDatabase, TPayload = unknown>(
-  handler: InboxBatchHandler<TDb, TPayload>,
+  handler: InboxBatchHandler<TDb, NoInfer<TPayload>>,
   options: InboxOptions<TDb, TPayload>,
 ): InboxBatchProcessor {
   assertHandler(handler);

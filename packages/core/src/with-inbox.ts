@@ -33,15 +33,20 @@ export type InboxHandler<TDb extends AnyPgDatabase, TPayload = unknown> = (
  * unique key, runs the handler, records the outcome and commits. The returned processor never
  * throws for a message's sake; it resolves to an {@link InboxOutcome} the broker adapter acts on.
  *
+ * The payload's type comes from `schema` (any Standard Schema validator) or `parse`, which also
+ * check it at run time; without either it is `unknown`, unless you state it:
+ * `withInbox<typeof db, Order>(handler, options)`.
+ *
  * ```ts
+ * const Order = z.object({ orderId: z.string() });
  * const process = withInbox(async (message, tx) => {
  *   await tx.insert(orders).values({ id: message.payload.orderId });
- * }, { db, consumer: 'billing.order-created' });
- * const outcome = await process({ id: 'msg-1', payload: { orderId: 42 } });
+ * }, { db, consumer: 'billing.order-created', schema: Order });
+ * const outcome = await process({ id: 'msg-1', payload: { orderId: 'o-42' } });
  * ```
  */
 export function withInbox<TDb extends AnyPgDatabase, TPayload = unknown>(
-  handler: InboxHandler<TDb, TPayload>,
+  handler: InboxHandler<TDb, NoInfer<TPayload>>,
   options: InboxOptions<TDb, TPayload>,
 ): InboxProcessor {
   assertHandler(handler);

@@ -346,7 +346,8 @@ export class KafkaRuntime {
         messageIds: messages.map((m) => String(m.id)),
       });
       this.deps.events.emit('error', error);
-      return messages.map((m) => ({ status: 'retry', messageId: String(m.id), consumer: this.deps.processor.consumer, reason: 'handler-failed', error }));
+      const retryAfterMs = backoffDelay(1, this.options.retryBackoff ?? DEFAULT_RETRY_BACKOFF);
+      return messages.map((m) => ({ status: 'retry', messageId: String(m.id), consumer: this.deps.processor.consumer, reason: 'handler-failed', error, retryAfterMs }));
     }
   }
 

@@ -1,5 +1,6 @@
 import type { Message, SQSClient } from '@aws-sdk/client-sqs';
 import {
+  backoffDelay,
   actionFor,
   ConsumerEventEmitter,
   InboxError,
@@ -292,13 +293,15 @@ async function runProcessor(processor: AnyInboxProcessor, entries: Entry[]): Pro
 
 /** Processors never throw for a message's sake; if one does anyway, the message is retried, not lost. */
 function processorFailure(consumer: string, entry: Entry, error: unknown): InboxOutcome {
+  const attempt = receiveCount(entry.message) ?? 1;
   return {
     status: 'retry',
     messageId: entry.messageId,
     consumer,
     reason: 'processor-threw',
     error: new InboxError(InboxErrorCodes.HANDLER_FAILED, `the processor threw: ${describeError(error)}`, { cause: error, messageIds: [entry.messageId] }),
-    attempt: receiveCount(entry.message) ?? 1,
+    attempt,
+    retryAfterMs: backoffDelay(attempt),
   };
 }
 

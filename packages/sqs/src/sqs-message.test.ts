@@ -31,7 +31,7 @@ describe('message id extraction', () => {
 
 describe('visibility', () => {
   it('uses retryAfterMs when core gave one, else backoff on the receive count, rounded up and capped at 12 h', () => {
-    expect(retryVisibilitySeconds({ status: 'retry', messageId: 'm', consumer: 'c', retryAfterMs: 1500 }, 1, {})).toBe(2);
+    expect(retryVisibilitySeconds({ status: 'retry', messageId: 'm', consumer: 'c', reason: 'handler-failed', error: new InboxError('HANDLER_FAILED', 'x'), retryAfterMs: 1500 }, 1, {})).toBe(2);
     expect(retryVisibilitySeconds(undefined, 3, { baseDelayMs: 1000, jitter: 'none' })).toBe(4);
     expect(retryVisibilitySeconds(undefined, 40, { baseDelayMs: 1000, maxDelayMs: 10 ** 9, jitter: 'none' })).toBe(MAX_VISIBILITY_TIMEOUT_SECONDS);
   });
@@ -55,7 +55,7 @@ describe('dead-letter attributes', () => {
 
   it('puts the message id and reason first, then core headers, SQS extras and original attributes', () => {
     const attributes = deadLetterAttributes(
-      { status: 'dead-letter', messageId: 'm-1', consumer: 'c', reason: 'permanent-failure', attempt: 2 },
+      { status: 'dead-letter', messageId: 'm-1', consumer: 'c', reason: 'permanent-failure', attempt: 2, error: new InboxError('PERMANENT_FAILURE', 'x') },
       message({ Attributes: { ApproximateReceiveCount: '2' }, MessageAttributes: { tenant: { DataType: 'String', StringValue: 'acme' } } }),
       { queueUrl: 'https://q/orders', messageIdAttribute: 'message-id', messageId: 'm-1', now: new Date(0) },
     );

@@ -1,4 +1,5 @@
-import type { AnyInboxProcessor, InboxBatchProcessor, InboxOutcome, InboxProcessor, InboxStatus } from '../types.js';
+import { isBatchProcessor, type AnyInboxProcessor, type InboxOutcome, type InboxStatus } from '../types.js';
+import { wrapProcessor } from '../wrap-processor.js';
 
 /** Records every outcome a processor produces, so tests can wait for a message to settle. */
 export interface OutcomeRecorder {
@@ -47,20 +48,18 @@ export function createOutcomeRecorder(): OutcomeRecorder {
   return {
     outcomes,
     wrap<P extends AnyInboxProcessor>(processor: P): P {
-      if (processor.kind === 'batch') {
-        const wrapped = async (messages: Parameters<InboxBatchProcessor>[0]) => {
-          const result = await processor(messages);
-          result.forEach(record);
-          return result;
-        };
-        return Object.assign(wrapped, { kind: 'batch' as const, consumer: processor.consumer, checkTables: () => processor.checkTables() }) as unknown as P;
-      }
-      const wrapped = async (message: Parameters<InboxProcessor>[0]) => {
-        const result = await processor(message);
-        record(result);
-        return result;
-      };
-      return Object.assign(wrapped, { kind: 'single' as const, consumer: processor.consumer, checkTables: () => processor.checkTables() }) as unknown as P;
+      const wrapped = isBatchProcessor(processor)
+        ? wrapProcessor(processor, async (messages, next) => {
+            const result = await next(messages);
+            result.forEach(record);
+            return result;
+          })
+        : wrapProcessor(processor, async (message, next) => {
+            const result = await next(message);
+            record(result);
+            return result;
+          });
+      return wrapped as P;
     },
     waitFor(messageId, options = {}) {
       const what = `message ${messageId}${options.status ? ` with status ${options.status}` : ''}`;
