@@ -54,6 +54,7 @@ export {
   createInboxTables,
   inboxTable,
   inboxAttemptsTable,
+  type CreatedInboxTables,
   type InboxTableNames,
   type InboxTables,
 } from './schema.js';

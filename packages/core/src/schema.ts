@@ -1,4 +1,4 @@
-import { index, integer, pgSchema, pgTable, primaryKey, text, timestamp } from 'drizzle-orm/pg-core';
+import { index, integer, pgSchema, pgTable, primaryKey, text, timestamp, type PgSchema } from 'drizzle-orm/pg-core';
 import { assertIdentifier } from './identifiers.js';
 
 /** Where the inbox lives. Defaults: schema `public`, tables `inbox` and `inbox_attempts`. */
@@ -54,21 +54,9 @@ function attemptColumns() {
   };
 }
 
-/**
- * Builds the Drizzle tables of an inbox with a custom schema or table name. Re-export the result
- * from your Drizzle schema file so `drizzle-kit generate` emits the migration:
- *
- * ```ts
- * // db/schema.ts
- * export const { inbox, inboxAttempts } = createInboxTables({ schema: 'messaging' });
- * ```
- *
- * Pass the same names to `withInbox({ tables })` and `migrate(db, names)`.
- */
-export function createInboxTables(names: InboxTableNames = {}) {
-  const resolved = resolveTableNames(names);
+function buildTables(resolved: ResolvedTableNames, inboxSchema: PgSchema | undefined) {
   // Cast: a schema-bound table function differs from pgTable only in the schema name it records.
-  const table = (resolved.schema === undefined ? pgTable : pgSchema(resolved.schema).table) as typeof pgTable;
+  const table = (inboxSchema === undefined ? pgTable : inboxSchema.table) as typeof pgTable;
   const inbox = table(resolved.table, inboxColumns(), (t) => [
     primaryKey({ name: `${resolved.table}_pkey`, columns: [t.consumer, t.messageId] }),
     index(`${resolved.table}_completed_at_idx`).on(t.completedAt),
@@ -79,8 +67,54 @@ export function createInboxTables(names: InboxTableNames = {}) {
   return { inbox, inboxAttempts };
 }
 
-/** The inbox tables as a pair, as returned by {@link createInboxTables}. */
-export type InboxTables = ReturnType<typeof createInboxTables>;
+/**
+ * The inbox tables as a pair: what `withInbox({ tables })`, `purgeInbox({ tables })` and the
+ * adapters accept, and the `inbox`/`inboxAttempts` part of {@link createInboxTables}' result.
+ */
+export type InboxTables = ReturnType<typeof buildTables>;
+
+/**
+ * What {@link createInboxTables} returns: the two tables plus, when the inbox lives in a schema of
+ * its own, that schema as a Drizzle `PgSchema` (`inboxSchema`), `undefined` otherwise.
+ */
+export type CreatedInboxTables<S extends PgSchema | undefined = PgSchema | undefined> = InboxTables & {
+  /**
+   * The PostgreSQL schema the tables live in, as Drizzle's `pgSchema(name)`; `undefined` for the
+   * connection's default schema. Export it from your Drizzle schema file: drizzle-kit emits
+   * `CREATE SCHEMA` only for an exported `PgSchema`, so without it the generated migration fails on
+   * a fresh database.
+   */
+  inboxSchema: S;
+};
+
+/**
+ * Builds the Drizzle tables of an inbox with a custom schema or table name. Export everything it
+ * returns from your Drizzle schema file, so `drizzle-kit generate` emits the whole migration,
+ * `CREATE SCHEMA` included:
+ *
+ * ```ts
+ * // db/schema.ts
+ * import { createInboxTables } from '@inboxed/core/schema';
+ *
+ * export const { inboxSchema, inbox, inboxAttempts } = createInboxTables({ schema: 'messaging' });
+ * ```
+ *
+ * `inboxSchema` is Drizzle's `pgSchema('messaging')` (`undefined` without a `schema` name); exporting
+ * it next to a `pgSchema('messaging')` of your own is fine, drizzle-kit creates the schema once.
+ * With a schema other than `public`, also list it in drizzle.config.ts's `schemaFilter` (e.g.
+ * `schemaFilter: ['public', 'messaging']`): `drizzle-kit push` only looks at `public` by default,
+ * and otherwise reports "No changes detected" and creates nothing.
+ *
+ * Pass the same names to `withInbox({ tables })` and `migrate(db, names)`, or pass the result itself
+ * as `tables`.
+ */
+export function createInboxTables<const S extends string>(names: InboxTableNames & { schema: S }): CreatedInboxTables<PgSchema<S>>;
+export function createInboxTables(names?: InboxTableNames): CreatedInboxTables;
+export function createInboxTables(names: InboxTableNames = {}): CreatedInboxTables {
+  const resolved = resolveTableNames(names);
+  const inboxSchema = resolved.schema === undefined ? undefined : pgSchema(resolved.schema);
+  return { inboxSchema, ...buildTables(resolved, inboxSchema) };
+}
 
 const defaultTables = createInboxTables();
 

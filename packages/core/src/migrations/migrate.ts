@@ -31,6 +31,13 @@ function historyTable(names: ResolvedTableNames) {
  * with inboxed's columns and a usable unique key on `(consumer, message_id)`; otherwise it rolls
  * back and throws `MIGRATION_FAILED` naming what is wrong.
  *
+ * Pick one owner for the inbox tables: this function, or drizzle-kit (the tables exported from your
+ * Drizzle schema). Tables drizzle-kit created are adopted here (nothing is created twice, the
+ * versions are recorded), but the other order fails: drizzle-kit's generated SQL has no
+ * `IF NOT EXISTS`, so a migration generated after `migrate()` created the tables stops at
+ * `already exists` until its inbox statements are edited to `CREATE ... IF NOT EXISTS`. And
+ * `drizzle-kit push` sees `<table>_migrations` as a table to drop unless `tablesFilter` excludes it.
+ *
  * ```ts
  * await migrate(db);                                  // public.inbox
  * await migrate(db, { schema: 'messaging' });         // messaging.inbox

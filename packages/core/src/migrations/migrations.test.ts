@@ -1,6 +1,7 @@
 import { readFileSync } from 'node:fs';
 import { PGlite } from '@electric-sql/pglite';
 import { generateDrizzleJson, generateMigration } from 'drizzle-kit/api';
+import { pgSchema, text } from 'drizzle-orm/pg-core';
 import { drizzle } from 'drizzle-orm/pglite';
 import { describe, expect, it } from 'vitest';
 import { InboxErrorCodes } from '../errors.js';
@@ -16,10 +17,28 @@ describe('migrations', () => {
     [{}],
     [{ schema: 'messaging', table: 'orders_inbox' }],
   ])('match what drizzle-kit generates from createInboxTables(%j)', async (names) => {
-    const tables = createInboxTables(names);
-    const generated = await generateMigration(generateDrizzleJson({}), generateDrizzleJson({ ...tables }));
-    const ours = migrations.flatMap((m) => m.statements(resolveTableNames(names)));
+    // Everything createInboxTables returns is exported from the schema file, inboxSchema included.
+    const generated = await generateMigration(generateDrizzleJson({}), generateDrizzleJson({ ...createInboxTables(names) }));
+    const resolved = resolveTableNames(names);
+    // migrate() creates the schema itself (CREATE SCHEMA IF NOT EXISTS, before its lock-protected
+    // history table); drizzle-kit emits it as the first statement, because inboxSchema is exported.
+    const createSchema = resolved.schema === undefined ? [] : [`CREATE SCHEMA "${resolved.schema}"`];
+    const ours = [...createSchema, ...migrations.flatMap((m) => m.statements(resolved))];
     expect(ours.map(normalise)).toEqual(generated.map(normalise));
+  });
+
+  it('createInboxTables() returns the PgSchema drizzle-kit needs to emit CREATE SCHEMA, only for a named schema', () => {
+    const named = createInboxTables({ schema: 'messaging' });
+    expect(named.inboxSchema.schemaName).toBe('messaging');
+    expect(Object.keys(named).sort()).toEqual(['inbox', 'inboxAttempts', 'inboxSchema']);
+    expect(createInboxTables().inboxSchema).toBeUndefined();
+  });
+
+  it("creates the schema once when the app exports its own pgSchema of the same name", async () => {
+    const messaging = pgSchema('messaging');
+    const payments = messaging.table('payments', { id: text('id').primaryKey() });
+    const generated = await generateMigration(generateDrizzleJson({}), generateDrizzleJson({ messaging, payments, ...createInboxTables({ schema: 'messaging' }) }));
+    expect(generated.filter((statement) => statement.startsWith('CREATE SCHEMA'))).toEqual(['CREATE SCHEMA "messaging";\n']);
   });
 
   it('ship as plain SQL files identical to the code (run migrations:write after adding one)', () => {

@@ -15,6 +15,11 @@ function qualified(names: ResolvedTableNames, table: string): string {
  * The inbox's schema history. Append only: a released migration never changes, so databases
  * migrated by an older release and by `drizzle-kit` from `createInboxTables()` stay identical.
  * `scripts/write-migrations.ts` renders these, with default names, into `migrations/*.sql`.
+ *
+ * Every statement must be idempotent (`IF NOT EXISTS`, `ADD COLUMN IF NOT EXISTS`, ...): `migrate()`
+ * also runs on tables that drizzle-kit created, from any release's `createInboxTables()`, and then
+ * adopts them by recording the versions. (drizzle-kit's own SQL has no `IF NOT EXISTS`, so the other
+ * order, a generated migration after `migrate()`, needs that edit by hand; see the README.)
  */
 export const migrations: readonly Migration[] = [
   {
