@@ -1,6 +1,7 @@
 import { createServer, type Server } from 'node:http';
 import { createRequire } from 'node:module';
 import type { TestProject } from 'vitest/node';
+import { startKafkaControllerProxy } from './kafka-controller-proxy.js';
 import { startKafkaMock } from './kafka-mock.js';
 import { dockerAvailable } from './docker.js';
 
@@ -71,10 +72,14 @@ export default async function setup(project: TestProject): Promise<() => Promise
   try {
     const mock = await startKafkaMock();
     const control = await controlServer(mock.createTopic);
-    project.provide('kafkaBrokers', mock.brokers);
+    // Clients talk to the mock through a proxy that gives it the controller it lacks, so kafkajs's
+    // idempotent producer (the adapter's default for dead-letters) works against it too.
+    const proxy = await startKafkaControllerProxy(mock.brokers);
+    project.provide('kafkaBrokers', proxy.brokers);
     project.provide('kafkaMockControl', control.url);
     return async () => {
       await new Promise((resolve) => control.server.close(resolve));
+      await proxy.close();
       await mock.stop();
     };
   } catch (error) {

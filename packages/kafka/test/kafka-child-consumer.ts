@@ -42,7 +42,6 @@ const consumer = createKafkaConsumer({
   mode: process.env.MODE === 'batch' ? 'batch' : 'message',
   batchSize: 10,
   consumerConfig: GROUP_TIMINGS,
-  idempotentDeadLetters: process.env.IDEMPOTENT_DLQ !== 'false',
   beforeCommit: ({ outcomes }) => {
     for (const outcome of outcomes) process.stdout.write(`${outcome.status} ${outcome.messageId}\n`);
     if (process.env.CRASH === 'before-commit') {

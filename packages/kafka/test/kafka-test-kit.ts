@@ -2,7 +2,6 @@ import { spawn } from 'node:child_process';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { createKafkaTopic, kafkaBrokers } from '@inboxed/test-support/kafka-topics';
-import { inject } from 'vitest';
 import { Kafka, logLevel, type IHeaders, type KafkaMessage } from 'kafkajs';
 
 import { GROUP_TIMINGS } from './kafka-test-timings.js';
@@ -10,11 +9,11 @@ import { GROUP_TIMINGS } from './kafka-test-timings.js';
 export { GROUP_TIMINGS };
 
 /**
- * Options every test consumer gets: the mock broker reports controller id 0, which kafkajs'
- * idempotent producer cannot find, so dead-letters are produced non-idempotently there.
+ * Options every test consumer gets. Dead-letters use the adapter's default, the idempotent
+ * producer: the test setup's proxy gives the mock broker the controller kafkajs needs for it.
  */
 export function brokerOptions(): { consumerConfig: typeof GROUP_TIMINGS; idempotentDeadLetters: boolean } {
-  return { consumerConfig: GROUP_TIMINGS, idempotentDeadLetters: !inject('kafkaMockControl') };
+  return { consumerConfig: GROUP_TIMINGS, idempotentDeadLetters: true };
 }
 
 /** A kafkajs client for the test broker. */
@@ -122,7 +121,7 @@ export function spawnChildConsumer(env: Record<string, string>): ChildConsumer {
   const script = fileURLToPath(new URL('./kafka-child-consumer.ts', import.meta.url));
   const child = spawn(process.execPath, ['--conditions=@inboxed/source', '--import', 'tsx', script], {
     cwd: fileURLToPath(new URL('..', import.meta.url)),
-    env: { ...process.env, KAFKA_BROKERS: kafkaBrokers().join(','), IDEMPOTENT_DLQ: String(!inject('kafkaMockControl')), ...env },
+    env: { ...process.env, KAFKA_BROKERS: kafkaBrokers().join(','), ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   const lines: string[] = [];
