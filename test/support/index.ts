@@ -7,3 +7,4 @@ export { createTestDatabase, type TestDatabase, type Driver, DRIVERS } from './t
 export { startPostgresProxy, startTcpProxy, type TcpProxy } from './tcp-proxy.js';
 export { uniqueName } from './unique-name.js';
 export { waitFor } from './wait-for.js';
+export { quickStartOf, readmeSnippets, startQuickStart, withSearchPath, type ReadmeSnippet, type RunningQuickStart } from './readme.js';

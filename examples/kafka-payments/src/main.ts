@@ -8,7 +8,7 @@
  * record and a payment id reused with another amount) unless SEED=0, then consumes until
  * Ctrl-C, or until everything seeded has settled when EXIT_WHEN_DONE=1.
  */
-import { migrate, reject, withInbox, type InboxMessage } from '@inboxed/core';
+import { migrate, reject, withInbox } from '@inboxed/core';
 import { createKafkaConsumer } from '@inboxed/kafka';
 import { sql } from 'drizzle-orm';
 import { drizzle } from 'drizzle-orm/node-postgres';
@@ -34,6 +34,15 @@ interface Payment {
   amountCents: number;
 }
 
+/** Checks and types a payload before any database work; a malformed one is dead-lettered (`validation-failed`). */
+function parsePayment(payload: unknown): Payment {
+  const { account, amountCents } = (payload ?? {}) as Partial<Record<keyof Payment, unknown>>;
+  if (typeof account !== 'string' || typeof amountCents !== 'number' || !Number.isInteger(amountCents)) {
+    throw new TypeError('a payment needs an account (string) and amountCents (integer)');
+  }
+  return { account, amountCents };
+}
+
 const pool = new pg.Pool({ connectionString: databaseUrl });
 const db = drizzle(pool);
 await db.execute(sql`create table if not exists ledger_entries (payment_id text primary key, account text not null, amount_cents integer not null)`);
@@ -42,13 +51,13 @@ await migrate(db); // public.inbox and public.inbox_attempts
 // The handler runs inside the inbox transaction: its write commits together with the inbox row,
 // or not at all. A redelivered payment id never reaches it again.
 const bookPayment = withInbox(
-  async (message: InboxMessage<Payment>, tx) => {
+  async (message, tx) => {
     const { account, amountCents } = message.payload;
     if (amountCents <= 0) return reject('non-positive-amount'); // acked, recorded, never retried
     await tx.insert(ledger).values({ paymentId: message.id, account, amountCents });
     return undefined;
   },
-  { db, consumer: 'ledger.payments', maxAttempts: 5, backoff: { baseDelayMs: 500, maxDelayMs: 10_000 } },
+  { db, consumer: 'ledger.payments', parse: parsePayment, maxAttempts: 5, backoff: { baseDelayMs: 500, maxDelayMs: 10_000 } },
 );
 
 const kafka = new Kafka({ clientId: 'kafka-payments-example', brokers, logLevel: logLevel.WARN });

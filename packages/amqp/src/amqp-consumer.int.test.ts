@@ -207,7 +207,7 @@ describe('createAmqpConsumer against RabbitMQ and PostgreSQL', () => {
 
   it('start() fails fast with AMQP_CONNECT_FAILED when the work queue does not exist', async () => {
     const consumer = f.consume({ handler: f.processor(), queue: `${f.queue}-missing` });
-    await expect(consumer.start()).rejects.toMatchObject({ code: 'AMQP_CONNECT_FAILED' });
+    await expect(consumer.start()).rejects.toMatchObject({ code: 'AMQP_CONNECT_FAILED', message: expect.stringMatching(/does not exist: declare it, or pass queueOptions/) });
     expect(consumer.status).toBe('stopped');
   });
 });

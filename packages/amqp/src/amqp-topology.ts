@@ -57,8 +57,20 @@ export function deadLetterDestination(topology: Topology): string {
  * when given, else only checked, so its type and arguments stay yours.
  */
 export async function assertTopology(channel: Channel, topology: Topology, queueOptions: Options.AssertQueue | undefined): Promise<void> {
-  if (queueOptions === undefined) await channel.checkQueue(topology.queue);
-  else await channel.assertQueue(topology.queue, queueOptions);
+  if (queueOptions === undefined) {
+    try {
+      await channel.checkQueue(topology.queue);
+    } catch (error) {
+      if ((error as { code?: unknown }).code !== 404) throw error;
+      throw new InboxError(
+        InboxErrorCodes.INVALID_OPTIONS,
+        `the queue ${JSON.stringify(topology.queue)} does not exist: declare it, or pass queueOptions (e.g. { durable: true }) so the consumer declares it`,
+        { cause: error, details: { queue: topology.queue } },
+      );
+    }
+  } else {
+    await channel.assertQueue(topology.queue, queueOptions);
+  }
   for (const delay of topology.retryDelaysMs) {
     await channel.assertQueue(retryQueueName(topology.queue, delay), {
       durable: true,
