@@ -48,8 +48,8 @@ export function printTable(title: string, header: string[], rows: (string | numb
   const widths = header.map((_, c) => Math.max(...all.map((r) => String(r[c] ?? '').length)));
   console.log(`\n${title}`);
   for (const [i, row] of all.entries()) {
-    console.log('  ' + row.map((cell, c) => String(cell).padEnd(widths[c]!)).join('  '));
-    if (i === 0) console.log('  ' + widths.map((w) => '-'.repeat(w)).join('  '));
+    console.log(`  ${row.map((cell, c) => String(cell).padEnd(widths[c]!)).join('  ')}`);
+    if (i === 0) console.log(`  ${widths.map((w) => '-'.repeat(w)).join('  ')}`);
   }
 }
 

@@ -82,7 +82,9 @@ export default async function amqpSuite(): Promise<void> {
   try {
     await channel.assertQueue(queue, { durable: true });
     await pool.query(`create schema "${schema}"`);
-    await pool.query(`create table "${schema}".orders (order_id integer primary key, message_id text not null, amount integer not null, customer text not null)`);
+    await pool.query(
+      `create table "${schema}".orders (order_id integer primary key, message_id text not null, amount integer not null, customer text not null)`,
+    );
     const db = drizzle(pool);
     await migrate(db, { schema });
     const orders = pgSchema(schema).table('orders', {
@@ -93,16 +95,22 @@ export default async function amqpSuite(): Promise<void> {
     });
     type Order = { orderId: number; amount: number; customer: string };
     const tables = { schema };
-    const single = withInbox<typeof db, Order>(async (message, tx) => {
-      await tx.insert(orders).values({ ...message.payload, messageId: message.id });
-    }, { db, consumer: 'bench.single', tables });
+    const single = withInbox<typeof db, Order>(
+      async (message, tx) => {
+        await tx.insert(orders).values({ ...message.payload, messageId: message.id });
+      },
+      { db, consumer: 'bench.single', tables },
+    );
     // Set-based: one INSERT ... SELECT FROM unnest(arrays) for the whole batch, the way a
     // throughput-minded handler writes it (Drizzle's multi-row values() costs more client CPU).
-    const batch = withInboxBatch<typeof db, Order>(async (messages, tx) => {
-      await tx.execute(sql`insert into ${orders} (order_id, message_id, amount, customer)
+    const batch = withInboxBatch<typeof db, Order>(
+      async (messages, tx) => {
+        await tx.execute(sql`insert into ${orders} (order_id, message_id, amount, customer)
         select * from unnest(${sql.param(messages.map((m) => m.payload.orderId))}::int[], ${sql.param(messages.map((m) => m.id))}::text[],
                              ${sql.param(messages.map((m) => m.payload.amount))}::int[], ${sql.param(messages.map((m) => m.payload.customer))}::text[])`);
-    }, { db, consumer: 'bench.batch', tables });
+      },
+      { db, consumer: 'bench.batch', tables },
+    );
 
     const raws: number[] = [];
     const batches: number[] = [];
@@ -130,12 +138,21 @@ export default async function amqpSuite(): Promise<void> {
     const raw = Math.max(...raws);
     const best = Math.max(...batches);
     const all = (xs: number[]) => xs.map((x) => Math.round(x).toLocaleString('en-US')).join(' / ');
-    printTable(`RabbitMQ: pre-filled persistent messages into PostgreSQL (best of ${ROUNDS} rounds; all rounds in brackets)`, ['mode', 'messages', 'throughput', 'vs raw consume+ack'], [
-      [`raw amqplib consume+ack (prefetch ${RAW_PREFETCH}, no DB)`, MESSAGES, `${rate(raw)} [${all(raws)}]`, '100%'],
-      ['@inboxed/amqp per-message (prefetch 32)', SINGLE_MESSAGES, rate(perMessage), `${Math.round((100 * perMessage) / raw)}%`],
-      [`@inboxed/amqp batch (size ${BATCH_SIZE}, prefetch ${4 * BATCH_SIZE})`, MESSAGES, `${rate(best)} [${all(batches)}]`, `${Math.round((100 * best) / raw)}% (target >= 50%)`],
-      ['@inboxed/amqp batch, no-op processor (adapter cost only)', MESSAGES, rate(adapterOnly), `${Math.round((100 * adapterOnly) / raw)}%`],
-    ]);
+    printTable(
+      `RabbitMQ: pre-filled persistent messages into PostgreSQL (best of ${ROUNDS} rounds; all rounds in brackets)`,
+      ['mode', 'messages', 'throughput', 'vs raw consume+ack'],
+      [
+        [`raw amqplib consume+ack (prefetch ${RAW_PREFETCH}, no DB)`, MESSAGES, `${rate(raw)} [${all(raws)}]`, '100%'],
+        ['@inboxed/amqp per-message (prefetch 32)', SINGLE_MESSAGES, rate(perMessage), `${Math.round((100 * perMessage) / raw)}%`],
+        [
+          `@inboxed/amqp batch (size ${BATCH_SIZE}, prefetch ${4 * BATCH_SIZE})`,
+          MESSAGES,
+          `${rate(best)} [${all(batches)}]`,
+          `${Math.round((100 * best) / raw)}% (target >= 50%)`,
+        ],
+        ['@inboxed/amqp batch, no-op processor (adapter cost only)', MESSAGES, rate(adapterOnly), `${Math.round((100 * adapterOnly) / raw)}%`],
+      ],
+    );
   } finally {
     const cleanup = await connection.createChannel();
     for (const name of [queue, `${queue}.dead-letter`, ...[1000, 5000, 30000, 120000, 600000].map((d) => `${queue}.retry.${d}`)]) {

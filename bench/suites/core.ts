@@ -38,9 +38,12 @@ export default async function run(): Promise<void> {
     db.transaction(async (tx) => {
       await tx.insert(effects).values({ messageId: m.id, payload: m.payload });
     });
-  const inbox = withInbox<typeof db, { amount: number; currency: string }>(async (m, tx) => {
-    await tx.insert(effects).values({ messageId: m.id, payload: m.payload });
-  }, { db, consumer: 'bench', tables: { schema: SCHEMA } });
+  const inbox = withInbox<typeof db, { amount: number; currency: string }>(
+    async (m, tx) => {
+      await tx.insert(effects).values({ messageId: m.id, payload: m.payload });
+    },
+    { db, consumer: 'bench', tables: { schema: SCHEMA } },
+  );
 
   try {
     await measure(500, 8, () => bare(message())); // warm-up: connections, plans, caches
@@ -53,10 +56,11 @@ export default async function run(): Promise<void> {
       const inboxes: RunStats[] = [];
       const pairRatios: number[] = [];
       const runBare = () => measure(PER_ROUND[concurrency], concurrency, () => bare(message()));
-      const runInbox = () => measure(PER_ROUND[concurrency], concurrency, async () => {
-        const outcome = await inbox(message());
-        if (outcome.status !== 'processed') throw new Error(`unexpected ${outcome.status}`, { cause: outcome.error });
-      });
+      const runInbox = () =>
+        measure(PER_ROUND[concurrency], concurrency, async () => {
+          const outcome = await inbox(message());
+          if (outcome.status !== 'processed') throw new Error(`unexpected ${outcome.status}`, { cause: outcome.error });
+        });
       for (let round = 0; round < ROUNDS; round++) {
         const [b, i] = round % 2 === 0 ? [await runBare(), await runInbox()] : ([await runInbox(), await runBare()].reverse() as [RunStats, RunStats]);
         bares.push(b);
@@ -74,10 +78,13 @@ export default async function run(): Promise<void> {
     }
 
     // Set-based: one INSERT ... SELECT FROM unnest(arrays) for the whole batch.
-    const batch = withInboxBatch<typeof db, { amount: number; currency: string }>(async (messages, tx) => {
-      await tx.execute(sql`insert into ${effects} (message_id, payload)
+    const batch = withInboxBatch<typeof db, { amount: number; currency: string }>(
+      async (messages, tx) => {
+        await tx.execute(sql`insert into ${effects} (message_id, payload)
         select * from unnest(${sql.param(messages.map((m) => m.id))}::text[], ${sql.param(messages.map((m) => JSON.stringify(m.payload)))}::jsonb[])`);
-    }, { db, consumer: 'bench-batch', tables: { schema: SCHEMA } });
+      },
+      { db, consumer: 'bench-batch', tables: { schema: SCHEMA } },
+    );
     const batches = BATCH_MESSAGES / BATCH_SIZE;
     const batchStats = await measure(batches, 4, async () => {
       const outcomes = await batch(Array.from({ length: BATCH_SIZE }, message));

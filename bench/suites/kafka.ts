@@ -31,7 +31,11 @@ async function prefill(kafka: Kafka, topic: string): Promise<void> {
   for (let start = 0; start < RECORDS; start += chunk) {
     const messages = [];
     for (let i = start; i < Math.min(RECORDS, start + chunk); i++) {
-      messages.push({ partition: i % PARTITIONS, headers: { 'message-id': `pay-${i}` }, value: JSON.stringify({ id: i, amountCents: 100 + (i % 5000), currency: 'EUR' }) });
+      messages.push({
+        partition: i % PARTITIONS,
+        headers: { 'message-id': `pay-${i}` },
+        value: JSON.stringify({ id: i, amountCents: 100 + (i % 5000), currency: 'EUR' }),
+      });
     }
     await producer.send({ topic, acks: -1, messages });
   }
@@ -81,7 +85,11 @@ async function inboxed(kafka: Kafka, topic: string, pool: pg.Pool, schema: strin
   const db = drizzle(pool);
   await migrate(db, { schema });
   await pool.query(`create table "${schema}".payments (id integer primary key, amount_cents integer not null, currency text not null)`);
-  const payments = pgSchema(schema).table('payments', { id: integer('id').primaryKey(), amountCents: integer('amount_cents').notNull(), currency: text('currency').notNull() });
+  const payments = pgSchema(schema).table('payments', {
+    id: integer('id').primaryKey(),
+    amountCents: integer('amount_cents').notNull(),
+    currency: text('currency').notNull(),
+  });
   const processor = withInboxBatch(
     async (messages: InboxMessage[], tx: any) => {
       await tx.insert(payments).values(messages.map((m) => m.payload as { id: number; amountCents: number; currency: string }));

@@ -5,7 +5,14 @@
  * the same run, alternating rounds, best round kept. The emulator shares the CPU with the consumer,
  * so absolute numbers are the emulator's; the ratio is the point.
  */
-import { CreateQueueCommand, DeleteMessageBatchCommand, DeleteQueueCommand, ReceiveMessageCommand, SendMessageBatchCommand, SQSClient } from '@aws-sdk/client-sqs';
+import {
+  CreateQueueCommand,
+  DeleteMessageBatchCommand,
+  DeleteQueueCommand,
+  ReceiveMessageCommand,
+  SendMessageBatchCommand,
+  SQSClient,
+} from '@aws-sdk/client-sqs';
 import { migrate, withInbox, withInboxBatch, type AnyInboxProcessor, type InboxMessage } from '@inboxed/core';
 import { createSqsConsumer } from '@inboxed/sqs';
 import { drizzle } from 'drizzle-orm/node-postgres';
@@ -44,12 +51,18 @@ export default async function run(): Promise<void> {
   queues.push(deadLetterQueueUrl!);
 
   const filledQueue = async (): Promise<string> => {
-    const { QueueUrl } = await client.send(new CreateQueueCommand({ QueueName: `bench-sqs-${process.pid}-${queues.length}`, Attributes: { VisibilityTimeout: '30' } }));
+    const { QueueUrl } = await client.send(
+      new CreateQueueCommand({ QueueName: `bench-sqs-${process.pid}-${queues.length}`, Attributes: { VisibilityTimeout: '30' } }),
+    );
     queues.push(QueueUrl!);
     const batches = Array.from({ length: MESSAGES / 10 }, () =>
       Array.from({ length: 10 }, (_, i) => {
         const id = `m-${++seq}`;
-        return { Id: `e${i}`, MessageBody: JSON.stringify({ amount: seq, currency: 'EUR' }), MessageAttributes: { 'message-id': { DataType: 'String', StringValue: id } } };
+        return {
+          Id: `e${i}`,
+          MessageBody: JSON.stringify({ amount: seq, currency: 'EUR' }),
+          MessageAttributes: { 'message-id': { DataType: 'String', StringValue: id } },
+        };
       }),
     );
     for (let i = 0; i < batches.length; i += 20) {
@@ -67,10 +80,18 @@ export default async function run(): Promise<void> {
       Array.from({ length: POLLERS }, async () => {
         while (done < MESSAGES) {
           const { Messages = [] } = await client.send(
-            new ReceiveMessageCommand({ QueueUrl: queueUrl, MaxNumberOfMessages: 10, WaitTimeSeconds: 1, MessageAttributeNames: ['All'], MessageSystemAttributeNames: ['All'] }),
+            new ReceiveMessageCommand({
+              QueueUrl: queueUrl,
+              MaxNumberOfMessages: 10,
+              WaitTimeSeconds: 1,
+              MessageAttributeNames: ['All'],
+              MessageSystemAttributeNames: ['All'],
+            }),
           );
           if (Messages.length === 0) continue;
-          await client.send(new DeleteMessageBatchCommand({ QueueUrl: queueUrl, Entries: Messages.map((m, i) => ({ Id: `e${i}`, ReceiptHandle: m.ReceiptHandle })) }));
+          await client.send(
+            new DeleteMessageBatchCommand({ QueueUrl: queueUrl, Entries: Messages.map((m, i) => ({ Id: `e${i}`, ReceiptHandle: m.ReceiptHandle })) }),
+          );
           done += Messages.length;
           if (done >= MESSAGES && finishedAt === 0) finishedAt = performance.now();
         }
@@ -97,12 +118,18 @@ export default async function run(): Promise<void> {
   };
 
   type Payload = { amount: number; currency: string };
-  const batch = withInboxBatch<typeof db, Payload>(async (messages: InboxMessage<Payload>[], tx) => {
-    await tx.insert(effects).values(messages.map((m) => ({ messageId: m.id, payload: m.payload })));
-  }, { db, consumer: 'bench-batch', tables: { schema: SCHEMA } });
-  const single = withInbox<typeof db, Payload>(async (m, tx) => {
-    await tx.insert(effects).values({ messageId: m.id, payload: m.payload });
-  }, { db, consumer: 'bench-single', tables: { schema: SCHEMA } });
+  const batch = withInboxBatch<typeof db, Payload>(
+    async (messages: InboxMessage<Payload>[], tx) => {
+      await tx.insert(effects).values(messages.map((m) => ({ messageId: m.id, payload: m.payload })));
+    },
+    { db, consumer: 'bench-batch', tables: { schema: SCHEMA } },
+  );
+  const single = withInbox<typeof db, Payload>(
+    async (m, tx) => {
+      await tx.insert(effects).values({ messageId: m.id, payload: m.payload });
+    },
+    { db, consumer: 'bench-single', tables: { schema: SCHEMA } },
+  );
 
   try {
     await raw(); // warm-up: HTTP connections, JIT, PostgreSQL plans

@@ -54,12 +54,16 @@ describe('README snippets', () => {
     const config = ts.readConfigFile(path.join(root, 'tsconfig.base.json'), ts.sys.readFile);
     const { options } = ts.parseJsonConfigFileContent(config.config, ts.sys, root);
     const program = ts.createProgram([...origin.keys()], { ...options, noEmit: true, declaration: false, sourceMap: false });
-    const problems = ts.getPreEmitDiagnostics(program)
+    const problems = ts
+      .getPreEmitDiagnostics(program)
       .filter((d) => d.file !== undefined && origin.has(path.normalize(d.file.fileName)))
       .map((d) => {
         const { line } = d.file!.getLineAndCharacterOfPosition(d.start ?? 0);
         const from = origin.get(path.normalize(d.file!.fileName))!;
-        const where = line < from.preludeLines ? `${from.readme}, the prelude of the block at line ${from.fence}` : `${from.readme}:${from.fence + 1 + line - from.preludeLines}`;
+        const where =
+          line < from.preludeLines
+            ? `${from.readme}, the prelude of the block at line ${from.fence}`
+            : `${from.readme}:${from.fence + 1 + line - from.preludeLines}`;
         return `${where}: ${ts.flattenDiagnosticMessageText(d.messageText, '\n')}`;
       });
     expect(problems).toEqual([]);

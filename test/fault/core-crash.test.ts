@@ -35,9 +35,12 @@ describe('a consumer process killed with SIGKILL', () => {
   });
 
   const redeliver = (id: string) =>
-    withInbox(async (message: InboxMessage, tx) => {
-      await tx.insert(t.effects).values({ messageId: message.id });
-    }, { db: t.db, consumer: 'crash-test', tables: { schema: t.schema } })({ id, payload: { n: 1 } });
+    withInbox(
+      async (message: InboxMessage, tx) => {
+        await tx.insert(t.effects).values({ messageId: message.id });
+      },
+      { db: t.db, consumer: 'crash-test', tables: { schema: t.schema } },
+    )({ id, payload: { n: 1 } });
 
   it('inside the transaction: nothing persists, and the redelivery is processed once', async () => {
     await runUntil('WROTE-UNCOMMITTED', { DATABASE_URL: databaseUrl(), SCHEMA: t.schema, MESSAGE_ID: 'k-1', CRASH_AT: 'in-transaction' });

@@ -164,7 +164,12 @@ console.log(JSON.stringify(names.filter((name) => Object.keys(require(name)).len
 
 /** The shape of an ESM-only dependency that drizzle-kit's require() cannot load (canonicalize 4 was one). */
 const BROKEN_FILES: Record<string, string> = {
-  'node_modules/esm-only-dependency/package.json': JSON.stringify({ name: 'esm-only-dependency', version: '1.0.0', type: 'module', exports: { import: './index.js' } }),
+  'node_modules/esm-only-dependency/package.json': JSON.stringify({
+    name: 'esm-only-dependency',
+    version: '1.0.0',
+    type: 'module',
+    exports: { import: './index.js' },
+  }),
   'node_modules/esm-only-dependency/index.js': 'export const value = 1;\n',
   'broken/schema.ts': `import 'esm-only-dependency';
 export { inboxTable, inboxAttemptsTable } from '@inboxed/core/schema';
@@ -393,7 +398,11 @@ describe('a user app installed from the tarballs', () => {
     const original = readFileSync(join(app, 'drizzle-switch', file), 'utf8');
     const edited = original
       .split('--> statement-breakpoint')
-      .map((statement) => (/CREATE SCHEMA "messaging"|"inbox(_attempts)?"|"inbox_completed_at_idx"/.test(statement) ? statement.replace(/CREATE (SCHEMA|TABLE|INDEX) /, 'CREATE $1 IF NOT EXISTS ') : statement))
+      .map((statement) =>
+        /CREATE SCHEMA "messaging"|"inbox(_attempts)?"|"inbox_completed_at_idx"/.test(statement)
+          ? statement.replace(/CREATE (SCHEMA|TABLE|INDEX) /, 'CREATE $1 IF NOT EXISTS ')
+          : statement,
+      )
       .join('--> statement-breakpoint');
     expect(edited.match(/IF NOT EXISTS/g)).toHaveLength(4);
     writeFileSync(join(app, 'drizzle-switch', file), edited);

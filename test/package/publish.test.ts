@@ -54,7 +54,11 @@ function filesUnder(dir: string): string[] {
 
 /** Every module specifier of an emitted ES module: static imports and re-exports, and import(). */
 function specifiersOf(code: string): string[] {
-  const found = [...code.matchAll(/(?:^|\n)\s*(?:import|export)\s[^'"]*?from\s*['"]([^'"]+)['"]/g), ...code.matchAll(/(?:^|\n)\s*import\s*['"]([^'"]+)['"]/g), ...code.matchAll(/\bimport\(\s*['"]([^'"]+)['"]\s*\)/g)];
+  const found = [
+    ...code.matchAll(/(?:^|\n)\s*(?:import|export)\s[^'"]*?from\s*['"]([^'"]+)['"]/g),
+    ...code.matchAll(/(?:^|\n)\s*import\s*['"]([^'"]+)['"]/g),
+    ...code.matchAll(/\bimport\(\s*['"]([^'"]+)['"]\s*\)/g),
+  ];
   return found.map((match) => match[1]!);
 }
 
@@ -96,14 +100,20 @@ describe.each(PUBLISHED.map((pkg) => [pkg.name, pkg] as const))('%s as published
 
   it('passes publint (strict, suggestions included)', async () => {
     const tarball = await readFile(tarballs[name]!);
-    const result = await publint({ pack: { tarball: tarball.buffer.slice(tarball.byteOffset, tarball.byteOffset + tarball.byteLength) as ArrayBuffer }, level: 'suggestion', strict: true });
+    const result = await publint({
+      pack: { tarball: tarball.buffer.slice(tarball.byteOffset, tarball.byteOffset + tarball.byteLength) as ArrayBuffer },
+      level: 'suggestion',
+      strict: true,
+    });
     const messages = result.messages.map((message) => `${message.type}: ${formatMessage(message, result.pkg, { color: false })}`);
     expect(messages, `publint on ${name}`).toEqual([]);
   });
 
   it('passes arethetypeswrong with the ESM-only profile', async () => {
     const attw = join(repoRoot, 'node_modules', '.bin', 'attw');
-    const result = await runCommand(attw, [tarballs[name]!, '--profile', 'esm-only', '--no-definitely-typed', '--no-color', '--format', 'table-flipped'], { cwd: repoRoot });
+    const result = await runCommand(attw, [tarballs[name]!, '--profile', 'esm-only', '--no-definitely-typed', '--no-color', '--format', 'table-flipped'], {
+      cwd: repoRoot,
+    });
     expect(result.code, transcript(result)).toBe(0);
     expect(result.stdout).toMatch(/node16 \(from ESM\)/);
   });
@@ -127,7 +137,10 @@ describe.each(PUBLISHED.map((pkg) => [pkg.name, pkg] as const))('%s as published
     for (const map of maps) {
       const { sources, sourcesContent } = JSON.parse(readFileSync(join(root(), map), 'utf8')) as { sources: string[]; sourcesContent?: (string | null)[] };
       expect(sourcesContent?.length, map).toBe(sources.length);
-      expect(sourcesContent?.every((content) => typeof content === 'string' && content.length > 0), map).toBe(true);
+      expect(
+        sourcesContent?.every((content) => typeof content === 'string' && content.length > 0),
+        map,
+      ).toBe(true);
     }
   });
 
@@ -187,7 +200,9 @@ describe('@inboxed/core/schema', () => {
     const loaded = packagesLoadedBy(join(core, entry(m)));
     expect(loaded).toEqual(['drizzle-orm/pg-core']);
     // Sanity check of the walker itself: the main entry loads more.
-    expect(packagesLoadedBy(join(core, (m.exports['.'] as Record<string, string>).default!))).toEqual(expect.arrayContaining(['drizzle-orm', 'drizzle-orm/pg-core']));
+    expect(packagesLoadedBy(join(core, (m.exports['.'] as Record<string, string>).default!))).toEqual(
+      expect.arrayContaining(['drizzle-orm', 'drizzle-orm/pg-core']),
+    );
     expect(relative(core, join(core, entry(m)))).toBe('dist/schema-entry.js');
   });
 });

@@ -47,11 +47,7 @@ export function userEnv(extra: Record<string, string | undefined> = {}): NodeJS.
 }
 
 /** Runs a command to completion (no shell), capturing its output; never throws on a non-zero exit. */
-export function runCommand(
-  command: string,
-  args: string[],
-  options: { cwd: string; env?: NodeJS.ProcessEnv; timeoutMs?: number },
-): Promise<CommandResult> {
+export function runCommand(command: string, args: string[], options: { cwd: string; env?: NodeJS.ProcessEnv; timeoutMs?: number }): Promise<CommandResult> {
   const line = [command, ...args].join(' ');
   return new Promise((resolve, reject) => {
     const child = spawn(command, args, { cwd: options.cwd, env: options.env ?? userEnv(), stdio: ['ignore', 'pipe', 'pipe'] });
@@ -77,11 +73,7 @@ export function transcript(result: CommandResult): string {
 }
 
 /** Runs a command and throws with its transcript unless it exits 0. */
-export async function mustRun(
-  command: string,
-  args: string[],
-  options: { cwd: string; env?: NodeJS.ProcessEnv; timeoutMs?: number },
-): Promise<CommandResult> {
+export async function mustRun(command: string, args: string[], options: { cwd: string; env?: NodeJS.ProcessEnv; timeoutMs?: number }): Promise<CommandResult> {
   const result = await runCommand(command, args, options);
   if (result.code !== 0) throw new Error(`command failed\n${transcript(result)}`);
   return result;

@@ -29,14 +29,17 @@ describe('soak: 4 consumers, redelivery storm, database outage', () => {
     });
     const flakyFailures = new Set<string>();
     const consumers = pools.map((pool) =>
-      withInbox(async (message: InboxMessage, tx) => {
-        // 3% of messages fail once, as a flaky dependency would.
-        if (Number(message.id.slice(2)) % 33 === 0 && !flakyFailures.has(message.id)) {
-          flakyFailures.add(message.id);
-          throw new Error('flaky');
-        }
-        await tx.insert(t.effects).values({ messageId: message.id });
-      }, { db: drizzle(pool), consumer: 'soak', tables: { schema: t.schema }, backoff: { baseDelayMs: 5 } }),
+      withInbox(
+        async (message: InboxMessage, tx) => {
+          // 3% of messages fail once, as a flaky dependency would.
+          if (Number(message.id.slice(2)) % 33 === 0 && !flakyFailures.has(message.id)) {
+            flakyFailures.add(message.id);
+            throw new Error('flaky');
+          }
+          await tx.insert(t.effects).values({ messageId: message.id });
+        },
+        { db: drizzle(pool), consumer: 'soak', tables: { schema: t.schema }, backoff: { baseDelayMs: 5 } },
+      ),
     );
 
     const UNIQUE = 1_500;
@@ -52,19 +55,23 @@ describe('soak: 4 consumers, redelivery storm, database outage', () => {
       setTimeout(() => proxy.restore(), 1000);
     }, 300);
     const deadline = Date.now() + 60_000;
-    await Promise.all(consumers.flatMap((consume) => [0, 1, 2].map(async () => {
-      for (let m = queue.shift(); m !== undefined; m = queue.shift()) {
-        if (Date.now() > deadline) throw new Error('soak did not drain in time');
-        const outcome: InboxOutcome = await consume(m);
-        tally[outcome.status] = (tally[outcome.status] ?? 0) + 1;
-        if (outcome.status === 'retry') {
-          queue.push(m); // the broker redelivers what was not acked
-          await new Promise((r) => setTimeout(r, 5));
-        } else {
-          expect(['processed', 'duplicate']).toContain(outcome.status);
-        }
-      }
-    })));
+    await Promise.all(
+      consumers.flatMap((consume) =>
+        [0, 1, 2].map(async () => {
+          for (let m = queue.shift(); m !== undefined; m = queue.shift()) {
+            if (Date.now() > deadline) throw new Error('soak did not drain in time');
+            const outcome: InboxOutcome = await consume(m);
+            tally[outcome.status] = (tally[outcome.status] ?? 0) + 1;
+            if (outcome.status === 'retry') {
+              queue.push(m); // the broker redelivers what was not acked
+              await new Promise((r) => setTimeout(r, 5));
+            } else {
+              expect(['processed', 'duplicate']).toContain(outcome.status);
+            }
+          }
+        }),
+      ),
+    );
     clearTimeout(outage);
 
     // A commit whose acknowledgement is lost with the connection reports `retry`; its redelivery

@@ -176,26 +176,35 @@ export async function startKafkaControllerProxy(brokers: string): Promise<KafkaC
       };
       client.on('error', close).on('close', close);
       broker.on('error', close).on('close', close);
-      client.on('data', framer((frame) => {
-        apis.set(frame.readInt32BE(8), { key: frame.readInt16BE(4), version: frame.readInt16BE(6) });
-        broker.write(frame);
-      }));
-      broker.on('data', framer((frame) => {
-        const correlation = frame.readInt32BE(4);
-        const api = apis.get(correlation);
-        apis.delete(correlation);
-        let out = frame;
-        if (api?.key === METADATA && api.version <= 6) out = rewriteMetadata(frame, api.version, addresses);
-        else if (api?.key === FIND_COORDINATOR && api.version <= 2) out = rewriteFindCoordinator(frame, api.version, addresses);
-        client.write(out);
-      }));
+      client.on(
+        'data',
+        framer((frame) => {
+          apis.set(frame.readInt32BE(8), { key: frame.readInt16BE(4), version: frame.readInt16BE(6) });
+          broker.write(frame);
+        }),
+      );
+      broker.on(
+        'data',
+        framer((frame) => {
+          const correlation = frame.readInt32BE(4);
+          const api = apis.get(correlation);
+          apis.delete(correlation);
+          let out = frame;
+          if (api?.key === METADATA && api.version <= 6) out = rewriteMetadata(frame, api.version, addresses);
+          else if (api?.key === FIND_COORDINATOR && api.version <= 2) out = rewriteFindCoordinator(frame, api.version, addresses);
+          client.write(out);
+        }),
+      );
     });
     await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
     servers.push(server);
     addresses.set(`${upstream.host}:${upstream.port}`, { host: '127.0.0.1', port: (server.address() as net.AddressInfo).port });
   }
   return {
-    brokers: upstreams.map((u) => addresses.get(`${u.host}:${u.port}`)!).map((a) => `${a.host}:${a.port}`).join(','),
+    brokers: upstreams
+      .map((u) => addresses.get(`${u.host}:${u.port}`)!)
+      .map((a) => `${a.host}:${a.port}`)
+      .join(','),
     async close() {
       for (const socket of sockets) socket.destroy();
       await Promise.all(servers.map((server) => new Promise((resolve) => server.close(resolve))));

@@ -37,9 +37,7 @@ export async function buildKafkaMock(): Promise<string> {
     await promisify(execFile)('gcc', ['-O2', '-o', partial, SOURCE, '-lrdkafka']);
   } catch (error) {
     const stderr = (error as { stderr?: string }).stderr ?? String(error);
-    throw new Error(
-      `could not build the Kafka mock broker (needs gcc and librdkafka-dev: apt-get install -y gcc librdkafka-dev): ${stderr}`,
-    );
+    throw new Error(`could not build the Kafka mock broker (needs gcc and librdkafka-dev: apt-get install -y gcc librdkafka-dev): ${stderr}`);
   }
   renameSync(partial, binary);
   return binary;

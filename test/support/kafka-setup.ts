@@ -21,7 +21,9 @@ declare module 'vitest' {
 async function startKafkaContainer(): Promise<{ brokers: string; stop: () => Promise<void> }> {
   const require = createRequire(new URL('../../packages/kafka/package.json', import.meta.url));
   const { KafkaContainer } = (await import(require.resolve('@testcontainers/kafka'))) as {
-    KafkaContainer: new (image: string) => { withKraft(): { start(): Promise<{ getHost(): string; getMappedPort(port: number): number; stop(): Promise<unknown> }> } };
+    KafkaContainer: new (
+      image: string,
+    ) => { withKraft(): { start(): Promise<{ getHost(): string; getMappedPort(port: number): number; stop(): Promise<unknown> }> } };
   };
   const container = await new KafkaContainer('confluentinc/cp-kafka:7.6.1').withKraft().start();
   return { brokers: `${container.getHost()}:${container.getMappedPort(9093)}`, stop: async () => void (await container.stop()) };

@@ -64,7 +64,13 @@ const repositoryRoot = fileURLToPath(new URL('../../', import.meta.url));
  * tsx, and the workspace's source condition), from a file inside `packageDir` so its imports resolve
  * through that package's dependencies. Configuration reaches it only through `env`.
  */
-export async function startQuickStart(options: { readme: string; packageDir: string; env: Record<string, string>; readyLine: string; timeoutMs?: number }): Promise<RunningQuickStart> {
+export async function startQuickStart(options: {
+  readme: string;
+  packageDir: string;
+  env: Record<string, string>;
+  readyLine: string;
+  timeoutMs?: number;
+}): Promise<RunningQuickStart> {
   const dir = path.join(options.packageDir, '.tmp');
   mkdirSync(dir, { recursive: true });
   const file = path.join(dir, `quick-start-${process.pid}-${Date.now()}.ts`);
@@ -82,11 +88,13 @@ export async function startQuickStart(options: { readme: string; packageDir: str
   };
   child.stdout!.on('data', append);
   child.stderr!.on('data', append);
-  const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => {
-    rmSync(file, { force: true });
-    for (const wake of waiters) wake();
-    resolve(code);
-  }));
+  const exited = new Promise<number | null>((resolve) =>
+    child.once('exit', (code) => {
+      rmSync(file, { force: true });
+      for (const wake of waiters) wake();
+      resolve(code);
+    }),
+  );
   const running: RunningQuickStart = {
     output: () => output,
     waitForOutput(text, timeoutMs = 20_000) {
@@ -94,7 +102,8 @@ export async function startQuickStart(options: { readme: string; packageDir: str
         const timer = setTimeout(() => done(new Error(`timed out after ${timeoutMs} ms waiting for ${JSON.stringify(text)}; output:\n${output}`)), timeoutMs);
         const check = () => {
           if (output.includes(text)) done();
-          else if (child.exitCode !== null) done(new Error(`the quick start exited (${child.exitCode}) before printing ${JSON.stringify(text)}; output:\n${output}`));
+          else if (child.exitCode !== null)
+            done(new Error(`the quick start exited (${child.exitCode}) before printing ${JSON.stringify(text)}; output:\n${output}`));
         };
         function done(error?: Error) {
           clearTimeout(timer);

@@ -20,7 +20,10 @@ async function importFromProject<T>(root: string, name: string): Promise<T> {
   for (let dir = root; ; dir = dirname(dir)) {
     const manifest = join(dir, 'node_modules', name, 'package.json');
     if (existsSync(manifest)) {
-      const pkg = JSON.parse(readFileSync(manifest, 'utf8')) as { main?: string; exports?: Record<string, { import?: { default?: string } | string; default?: string }> };
+      const pkg = JSON.parse(readFileSync(manifest, 'utf8')) as {
+        main?: string;
+        exports?: Record<string, { import?: { default?: string } | string; default?: string }>;
+      };
       const dot = pkg.exports?.['.'];
       const entry = (typeof dot?.import === 'string' ? dot.import : dot?.import?.default) ?? dot?.default ?? pkg.main ?? 'index.js';
       return (await import(pathToFileURL(join(dirname(manifest), entry)).href)) as T;

@@ -31,7 +31,6 @@ export type EffectsTable = ReturnType<typeof effectsTableIn>;
 export interface TestDatabase {
   driver: Driver;
   /** Drizzle database, typed loosely so one suite runs on every driver. */
-  // eslint-disable-next-line @typescript-eslint/no-explicit-any
   db: any;
   /** The schema created for this test; pass it as `tables: { schema }`. */
   schema: string;

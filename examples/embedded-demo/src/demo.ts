@@ -57,18 +57,25 @@ async function main(): Promise<void> {
   await migrate(db, { schema: SCHEMA });
 
   // 1 in 50 orders hits a flaky dependency on its first attempt (the broker retries it).
-  const flaky = new Set(Array.from({ length: UNIQUE_MESSAGES }, (_, i) => i).filter(() => rand() < 0.02).map((i) => `order-${i}`));
+  const flaky = new Set(
+    Array.from({ length: UNIQUE_MESSAGES }, (_, i) => i)
+      .filter(() => rand() < 0.02)
+      .map((i) => `order-${i}`),
+  );
   const failedOnce = new Set<string>();
 
-  const processOrder = withInbox(async (message, tx) => {
-    if (flaky.has(message.id) && !failedOnce.has(message.id)) {
-      failedOnce.add(message.id);
-      throw new Error('payment service timed out');
-    }
-    // A plain insert: a second application of the same order would violate the primary key, so
-    // the demo would crash loudly if the inbox ever let a duplicate through.
-    await tx.insert(orders).values({ orderId: message.id, amountCents: message.payload.amountCents });
-  }, { db, consumer: 'demo.orders', tables: { schema: SCHEMA }, maxAttempts: 5, backoff: { baseDelayMs: 1 }, parse: parseOrder });
+  const processOrder = withInbox(
+    async (message, tx) => {
+      if (flaky.has(message.id) && !failedOnce.has(message.id)) {
+        failedOnce.add(message.id);
+        throw new Error('payment service timed out');
+      }
+      // A plain insert: a second application of the same order would violate the primary key, so
+      // the demo would crash loudly if the inbox ever let a duplicate through.
+      await tx.insert(orders).values({ orderId: message.id, amountCents: message.payload.amountCents });
+    },
+    { db, consumer: 'demo.orders', tables: { schema: SCHEMA }, maxAttempts: 5, backoff: { baseDelayMs: 1 }, parse: parseOrder },
+  );
 
   // The "broker": every order delivered 1-4 times, some copies at the same instant, plus a few
   // payload conflicts (id reused with another amount) and malformed messages.

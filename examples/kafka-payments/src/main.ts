@@ -93,7 +93,10 @@ const consumer = createKafkaConsumer({
   // Dead-letters go to `payments.dlq` with x-inboxed-* headers (reason, error, original offset).
   // The librdkafka mock broker cannot serve kafkajs' idempotent producer: set KAFKA_IDEMPOTENT_DLQ=false there.
   idempotentDeadLetters: process.env.KAFKA_IDEMPOTENT_DLQ !== 'false',
-  consumerConfig: { sessionTimeout: Number(process.env.KAFKA_SESSION_TIMEOUT_MS ?? 30_000), heartbeatInterval: Number(process.env.KAFKA_HEARTBEAT_INTERVAL_MS ?? 3000) },
+  consumerConfig: {
+    sessionTimeout: Number(process.env.KAFKA_SESSION_TIMEOUT_MS ?? 30_000),
+    heartbeatInterval: Number(process.env.KAFKA_HEARTBEAT_INTERVAL_MS ?? 3000),
+  },
 });
 
 const done = () => {
@@ -126,7 +129,8 @@ async function shutdown(): Promise<void> {
   if (stopping) return;
   stopping = true;
   await consumer.stop(); // finishes in-flight work, commits it, disconnects
-  const [row] = (await pool.query<{ n: number; total: number }>('select count(*)::int as n, coalesce(sum(amount_cents), 0)::int as total from ledger_entries')).rows;
+  const [row] = (await pool.query<{ n: number; total: number }>('select count(*)::int as n, coalesce(sum(amount_cents), 0)::int as total from ledger_entries'))
+    .rows;
   console.log(`\nprocessed ${counts.processed}, duplicates ${counts.duplicate}, retries ${counts.retry}, dead-lettered ${counts.deadLettered}`);
   console.log(`ledger: ${row?.n} entries, ${row?.total} cents`);
   await pool.end();

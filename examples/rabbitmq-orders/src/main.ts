@@ -25,7 +25,10 @@ import pg from 'pg';
 const AMQP_URL = process.env.AMQP_URL ?? 'amqp://guest:guest@127.0.0.1:5672';
 const QUEUE = process.env.QUEUE ?? 'rabbitmq-orders.orders';
 // `pnpm start -- --publish 5` may pass the `--` through; it is not an argument of ours.
-const { values: args } = parseArgs({ args: process.argv.slice(2).filter((a) => a !== '--'), options: { publish: { type: 'string' }, 'exit-when-idle': { type: 'boolean' } } });
+const { values: args } = parseArgs({
+  args: process.argv.slice(2).filter((a) => a !== '--'),
+  options: { publish: { type: 'string' }, 'exit-when-idle': { type: 'boolean' } },
+});
 
 interface OrderPlaced {
   orderId: string;
@@ -50,8 +53,10 @@ const customerTotals = shop.table('customer_totals', {
 const pool = new pg.Pool({ connectionString: process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test' });
 const db = drizzle(pool);
 await db.execute(sql.raw(`create schema if not exists ${SCHEMA}`));
-await db.execute(sql.raw(`create table if not exists ${SCHEMA}.orders (
-  order_id text primary key, customer_id text not null, amount_cents integer not null, placed_at timestamptz not null default now())`));
+await db.execute(
+  sql.raw(`create table if not exists ${SCHEMA}.orders (
+  order_id text primary key, customer_id text not null, amount_cents integer not null, placed_at timestamptz not null default now())`),
+);
 await db.execute(sql.raw(`create table if not exists ${SCHEMA}.customer_totals (customer_id text primary key, total_cents integer not null)`));
 await migrate(db, { schema: SCHEMA });
 

@@ -63,7 +63,8 @@ const client = new SQSClient({
 const demoMode = process.env.QUEUE_URL === undefined;
 const deadLetterQueueUrl =
   process.env.DEAD_LETTER_QUEUE_URL ?? (demoMode ? (await client.send(new CreateQueueCommand({ QueueName: 'notifications-dlq' }))).QueueUrl! : undefined);
-const queueUrl = process.env.QUEUE_URL ?? (await client.send(new CreateQueueCommand({ QueueName: 'notifications', Attributes: { VisibilityTimeout: '10' } }))).QueueUrl!;
+const queueUrl =
+  process.env.QUEUE_URL ?? (await client.send(new CreateQueueCommand({ QueueName: 'notifications', Attributes: { VisibilityTimeout: '10' } }))).QueueUrl!;
 
 // --- The handler: all writes through `tx`, committed with the inbox row ----------------------------
 let flakyFailures = 0;
@@ -86,11 +87,14 @@ const consumer = createSqsConsumer({
   waitTimeSeconds: demoMode ? 1 : 20,
 });
 const counts: Record<string, number> = {};
-const count = (what: string) => (counts[what] = (counts[what] ?? 0) + 1);
-consumer.on('message_processed', (o) => (count('processed'), console.log(`processed  ${o.messageId}`)));
-consumer.on('duplicate', (o) => (count('duplicate'), console.log(`duplicate  ${o.messageId} (acked, handler not run)`)));
-consumer.on('retry', (o) => (count('retry'), console.log(`retry      ${o.messageId} in ${o.retryAfterMs} ms: ${o.error?.message}`)));
-consumer.on('dead_letter', (o, where) => (count('dead-letter'), console.log(`dead-letter ${o.messageId} (${o.reason}) -> ${where}`)));
+const count = (what: string, line: string) => {
+  counts[what] = (counts[what] ?? 0) + 1;
+  console.log(line);
+};
+consumer.on('message_processed', (o) => count('processed', `processed  ${o.messageId}`));
+consumer.on('duplicate', (o) => count('duplicate', `duplicate  ${o.messageId} (acked, handler not run)`));
+consumer.on('retry', (o) => count('retry', `retry      ${o.messageId} in ${o.retryAfterMs} ms: ${o.error?.message}`));
+consumer.on('dead_letter', (o, where) => count('dead-letter', `dead-letter ${o.messageId} (${o.reason}) -> ${where}`));
 consumer.on('error', (error) => console.error(`error      ${error.code}: ${error.message}`));
 
 const shutdown = async () => {
@@ -108,7 +112,13 @@ console.log(`consuming ${queueUrl}${deadLetterQueueUrl ? ` (dead letters -> ${de
 if (demoMode) {
   const runId = Date.now().toString(36);
   const publish = (id: string, body: string) =>
-    client.send(new SendMessageCommand({ QueueUrl: queueUrl, MessageBody: body, MessageAttributes: { 'message-id': { DataType: 'String', StringValue: `${runId}-${id}` } } }));
+    client.send(
+      new SendMessageCommand({
+        QueueUrl: queueUrl,
+        MessageBody: body,
+        MessageAttributes: { 'message-id': { DataType: 'String', StringValue: `${runId}-${id}` } },
+      }),
+    );
   const notify = (n: Notification) => JSON.stringify(n);
   await publish('welcome-1', notify({ userId: 'u1', channel: 'email', template: 'welcome' }));
   await publish('welcome-1', notify({ userId: 'u1', channel: 'email', template: 'welcome' })); // producer retry
@@ -136,7 +146,10 @@ if (demoMode) {
     if (Number(Attributes.ApproximateNumberOfMessages) + Number(Attributes.ApproximateNumberOfMessagesNotVisible) === 0) break;
     await new Promise((r) => setTimeout(r, 200));
   }
-  const rows = await db.select().from(notificationsSent).where(sql`${notificationsSent.messageId} like ${`${runId}-%`}`);
+  const rows = await db
+    .select()
+    .from(notificationsSent)
+    .where(sql`${notificationsSent.messageId} like ${`${runId}-%`}`);
   const summary = ['processed', 'duplicate', 'retry', 'dead-letter'].map((k) => `${k}=${counts[k] ?? 0}`).join(' ');
   console.log(`\n${summary}; notifications_sent rows for this run: ${rows.length} (expected 3: welcome once, reset, flaky after one retry)`);
   await shutdown();

@@ -13,7 +13,8 @@ describe('createAmqpConsumer in batch mode (withInboxBatch)', () => {
   });
 
   const publishMany = async (ids: string[]) => {
-    for (const id of ids) f.broker.channel.sendToQueue(f.queue, Buffer.from(JSON.stringify({ id })), { messageId: id, contentType: 'application/json', persistent: true });
+    for (const id of ids)
+      f.broker.channel.sendToQueue(f.queue, Buffer.from(JSON.stringify({ id })), { messageId: id, contentType: 'application/json', persistent: true });
     await f.broker.channel.waitForConfirms();
   };
 
@@ -22,10 +23,13 @@ describe('createAmqpConsumer in batch mode (withInboxBatch)', () => {
     const handler = f.batchProcessor((message) => {
       if (message.id === 'b-13') throw new PermanentError('poison');
     });
-    const counting = Object.assign(async (messages: Parameters<typeof handler>[0]) => {
-      batchSizes.push(messages.length);
-      return handler(messages);
-    }, { kind: 'batch' as const, consumer: handler.consumer, checkTables: () => handler.checkTables() });
+    const counting = Object.assign(
+      async (messages: Parameters<typeof handler>[0]) => {
+        batchSizes.push(messages.length);
+        return handler(messages);
+      },
+      { kind: 'batch' as const, consumer: handler.consumer, checkTables: () => handler.checkTables() },
+    );
     const consumer = f.consume({ handler: counting, batch: { size: 10, waitMs: 100 } });
     await consumer.start();
     const ids = Array.from({ length: 30 }, (_, i) => `b-${i}`);

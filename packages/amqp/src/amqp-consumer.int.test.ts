@@ -62,7 +62,11 @@ describe('createAmqpConsumer against RabbitMQ and PostgreSQL', () => {
   });
 
   it('a permanent failure goes to the dead-letter queue with the reason header and the original message id', async () => {
-    const consumer = f.consume({ handler: f.processor(() => { throw new PermanentError('order is malformed'); }) });
+    const consumer = f.consume({
+      handler: f.processor(() => {
+        throw new PermanentError('order is malformed');
+      }),
+    });
     const deadLetters: string[] = [];
     consumer.on('dead_letter', (outcome, destination) => deadLetters.push(`${outcome.messageId}->${destination}`));
     await consumer.start();
@@ -93,7 +97,16 @@ describe('createAmqpConsumer against RabbitMQ and PostgreSQL', () => {
 
   it('exhausted retries are dead-lettered with max-attempts-exceeded after maxAttempts deliveries', async () => {
     let calls = 0;
-    const consumer = f.consume({ handler: f.processor(() => { calls++; throw new Error('always down'); }, { maxAttempts: 3 }), retryDelaysMs: [100] });
+    const consumer = f.consume({
+      handler: f.processor(
+        () => {
+          calls++;
+          throw new Error('always down');
+        },
+        { maxAttempts: 3 },
+      ),
+      retryDelaysMs: [100],
+    });
     await consumer.start();
     await f.broker.publish(f.queue, { orderId: 4 }, { messageId: 'order-4' });
     await f.recorder.waitFor('order-4', { status: 'dead-letter', timeoutMs: 15_000 });
@@ -161,7 +174,11 @@ describe('createAmqpConsumer against RabbitMQ and PostgreSQL', () => {
 
   it('a dead-lettered message replayed into the work queue keeps its id and is then processed once', async () => {
     let failing = true;
-    const consumer = f.consume({ handler: f.processor(() => { if (failing) throw new PermanentError('downstream rejected it'); }) });
+    const consumer = f.consume({
+      handler: f.processor(() => {
+        if (failing) throw new PermanentError('downstream rejected it');
+      }),
+    });
     await consumer.start();
     await f.broker.publish(f.queue, { orderId: 8 }, { headers: { 'x-message-id': 'order-8' } });
     await f.recorder.waitFor('order-8', { status: 'dead-letter' });
@@ -207,7 +224,10 @@ describe('createAmqpConsumer against RabbitMQ and PostgreSQL', () => {
 
   it('start() fails fast with AMQP_CONNECT_FAILED when the work queue does not exist', async () => {
     const consumer = f.consume({ handler: f.processor(), queue: `${f.queue}-missing` });
-    await expect(consumer.start()).rejects.toMatchObject({ code: 'AMQP_CONNECT_FAILED', message: expect.stringMatching(/does not exist: declare it, or pass queueOptions/) });
+    await expect(consumer.start()).rejects.toMatchObject({
+      code: 'AMQP_CONNECT_FAILED',
+      message: expect.stringMatching(/does not exist: declare it, or pass queueOptions/),
+    });
     expect(consumer.status).toBe('stopped');
   });
 });
@@ -219,7 +239,11 @@ describe('createAmqpConsumer: misconfiguration is loud', () => {
     try {
       const queue = await broker.declareQueue(uniqueName('unmigrated'));
       await broker.publish(queue, { a: 1 }, { messageId: 'm-1' });
-      const consumer = createAmqpConsumer({ url: amqpUrl(), queue, handler: withInbox(async () => {}, { db: t.db, consumer: 'c', tables: { schema: t.schema } }) });
+      const consumer = createAmqpConsumer({
+        url: amqpUrl(),
+        queue,
+        handler: withInbox(async () => {}, { db: t.db, consumer: 'c', tables: { schema: t.schema } }),
+      });
       await expect(consumer.start()).rejects.toMatchObject({ code: InboxErrorCodes.INBOX_TABLE_MISSING, message: expect.stringMatching(/migrate\(/) });
       expect(consumer.status).toBe('stopped');
       expect(await broker.depth(queue)).toBe(1);
@@ -236,7 +260,9 @@ describe('createAmqpConsumer: misconfiguration is loud', () => {
       const queue = await broker.declareQueue(uniqueName('db-down'));
       const recorder = createOutcomeRecorder();
       const consumer = createAmqpConsumer({
-        url: amqpUrl(), queue, retryDelaysMs: [50],
+        url: amqpUrl(),
+        queue,
+        retryDelaysMs: [50],
         handler: recorder.wrap(withInbox(async () => {}, { db: drizzle(pool), consumer: 'c', backoff: { baseDelayMs: 10 } })),
       });
       const errors: InboxError[] = [];

@@ -142,8 +142,7 @@ export function createAmqpConsumer(options: AmqpConsumerOptions): AmqpConsumer {
   async function openSession(): Promise<Session> {
     const owned = options.connection === undefined;
     const connection: ChannelModel =
-      options.connection ??
-      (await amqp.connect(options.url as string, { ...options.socketOptions, clientProperties: { connection_name: connectionName } }));
+      options.connection ?? (await amqp.connect(options.url as string, { ...options.socketOptions, clientProperties: { connection_name: connectionName } }));
     let markLost!: (reason: unknown) => void;
     const lost = new Promise<unknown>((resolve) => (markLost = resolve));
     // amqplib emits 'error' before 'close'; without a listener an 'error' would crash the process.
@@ -172,7 +171,9 @@ export function createAmqpConsumer(options: AmqpConsumerOptions): AmqpConsumer {
         try {
           await assertTopology(setup, topology, options.queueOptions);
         } catch (error) {
-          throw toAmqpError(AmqpErrorCodes.TOPOLOGY_FAILED, `could not assert the topology of ${topology.queue}`, error, { details: { queue: topology.queue } });
+          throw toAmqpError(AmqpErrorCodes.TOPOLOGY_FAILED, `could not assert the topology of ${topology.queue}`, error, {
+            details: { queue: topology.queue },
+          });
         }
         await quietly(() => setup.close());
       }
@@ -249,7 +250,12 @@ export function createAmqpConsumer(options: AmqpConsumerOptions): AmqpConsumer {
             status = 'running';
             events.emit('reconnect', { attempt, delayMs });
           } catch (error) {
-            events.emit('error', toAmqpError(AmqpErrorCodes.CONNECTION_LOST, `reconnect attempt ${attempt} to RabbitMQ failed`, error, { details: { queue: topology.queue, attempt } }));
+            events.emit(
+              'error',
+              toAmqpError(AmqpErrorCodes.CONNECTION_LOST, `reconnect attempt ${attempt} to RabbitMQ failed`, error, {
+                details: { queue: topology.queue, attempt },
+              }),
+            );
           }
         }
         if (session === undefined) return;
@@ -258,7 +264,12 @@ export function createAmqpConsumer(options: AmqpConsumerOptions): AmqpConsumer {
       const reason = await Promise.race([session.lost, stopped]);
       if (stopping || reason === 'stopped') return;
       status = 'reconnecting';
-      events.emit('error', toAmqpError(AmqpErrorCodes.CONNECTION_LOST, `lost the RabbitMQ connection of ${topology.queue}; reconnecting`, reason, { details: { queue: topology.queue } }));
+      events.emit(
+        'error',
+        toAmqpError(AmqpErrorCodes.CONNECTION_LOST, `lost the RabbitMQ connection of ${topology.queue}; reconnecting`, reason, {
+          details: { queue: topology.queue },
+        }),
+      );
       // Unacked deliveries of the old channel go back to the queue; handlers still running there
       // fail to ack, and their redeliveries resolve as `duplicate`.
       await closeSession(session);
@@ -291,7 +302,9 @@ export function createAmqpConsumer(options: AmqpConsumerOptions): AmqpConsumer {
       }
       current = first;
       status = 'running';
-      loop = supervise(first).catch((error) => events.emit('error', toAmqpError(AmqpErrorCodes.CONNECTION_LOST, `consumer loop failed: ${describeError(error)}`, error)));
+      loop = supervise(first).catch((error) =>
+        events.emit('error', toAmqpError(AmqpErrorCodes.CONNECTION_LOST, `consumer loop failed: ${describeError(error)}`, error)),
+      );
     },
     async stop() {
       if (status === 'idle' || status === 'stopped' || stopping) return;
@@ -306,7 +319,10 @@ export function createAmqpConsumer(options: AmqpConsumerOptions): AmqpConsumer {
       }
       const left = await inFlight.drain(stopTimeoutMs);
       if (left > 0) {
-        events.emit('error', toAmqpError(AmqpErrorCodes.STOP_TIMEOUT, `${left} deliveries still in progress after ${stopTimeoutMs} ms; closing anyway (they will be redelivered)`));
+        events.emit(
+          'error',
+          toAmqpError(AmqpErrorCodes.STOP_TIMEOUT, `${left} deliveries still in progress after ${stopTimeoutMs} ms; closing anyway (they will be redelivered)`),
+        );
       }
       await loop;
       if (session !== undefined) await closeSession(session);

@@ -40,9 +40,14 @@ describe('RabbitMQ faults: crashes, server-side disconnects, stop under load', (
 
     // Restart (in this process, on the same inbox): the broker redelivers the unacked message.
     const restarted = f.consume({
-      handler: f.recorder.wrap(withInbox(async (message, tx: any) => {
-        await tx.insert(f.t.effects).values({ messageId: message.id });
-      }, { db: f.t.db, consumer: 'crash-consumer', tables: { schema: f.t.schema } })),
+      handler: f.recorder.wrap(
+        withInbox(
+          async (message, tx: any) => {
+            await tx.insert(f.t.effects).values({ messageId: message.id });
+          },
+          { db: f.t.db, consumer: 'crash-consumer', tables: { schema: f.t.schema } },
+        ),
+      ),
     });
     await restarted.start();
     const outcome = await f.recorder.waitFor('crash-1', { timeoutMs: 20_000 });
@@ -63,7 +68,8 @@ describe('RabbitMQ faults: crashes, server-side disconnects, stop under load', (
     const reconnects: number[] = [];
     consumer.on('reconnect', ({ attempt }) => reconnects.push(attempt));
     await consumer.start();
-    for (let i = 0; i < total; i++) f.broker.channel.sendToQueue(f.queue, Buffer.from(JSON.stringify({ n: i })), { messageId: `m-${i}`, contentType: 'application/json', persistent: true });
+    for (let i = 0; i < total; i++)
+      f.broker.channel.sendToQueue(f.queue, Buffer.from(JSON.stringify({ n: i })), { messageId: `m-${i}`, contentType: 'application/json', persistent: true });
     await f.broker.channel.waitForConfirms();
 
     await f.recorder.waitForCount(50, (o) => o.status === 'processed', 30_000);
@@ -86,7 +92,8 @@ describe('RabbitMQ faults: crashes, server-side disconnects, stop under load', (
     const total = 400;
     const first = f.consume({ handler: f.processor(() => sleep(10)), prefetch: 32 });
     await first.start();
-    for (let i = 0; i < total; i++) f.broker.channel.sendToQueue(f.queue, Buffer.from(JSON.stringify({ n: i })), { messageId: `s-${i}`, contentType: 'application/json', persistent: true });
+    for (let i = 0; i < total; i++)
+      f.broker.channel.sendToQueue(f.queue, Buffer.from(JSON.stringify({ n: i })), { messageId: `s-${i}`, contentType: 'application/json', persistent: true });
     await f.broker.channel.waitForConfirms();
     await f.recorder.waitForCount(60, (o) => o.status === 'processed', 30_000);
     await first.stop();

@@ -16,15 +16,19 @@ describe('createAmqpMessageHandler in a hand-written channel.consume loop', () =
     await f.close();
   });
 
-  it('processes, dedups and dead-letters on the caller\'s own confirm channel', async () => {
+  it("processes, dedups and dead-letters on the caller's own confirm channel", async () => {
     const connection = await amqp.connect(amqpUrl());
     try {
       const channel = await connection.createConfirmChannel();
       await assertAmqpTopology(channel, { queue: f.queue, retryDelaysMs: [300] });
       await channel.prefetch(10);
-      const onMessage = createAmqpMessageHandler(channel, f.processor((m) => {
-        if (m.id === 'poison') throw new PermanentError('bad order');
-      }), { queue: f.queue, retryDelaysMs: [300] });
+      const onMessage = createAmqpMessageHandler(
+        channel,
+        f.processor((m) => {
+          if (m.id === 'poison') throw new PermanentError('bad order');
+        }),
+        { queue: f.queue, retryDelaysMs: [300] },
+      );
       const events: string[] = [];
       onMessage.on('duplicate', (o) => events.push(`duplicate:${o.messageId}`));
       onMessage.on('dead_letter', (o) => events.push(`dead_letter:${o.messageId}`));
@@ -57,7 +61,9 @@ describe('createAmqpMessageHandler in a hand-written channel.consume loop', () =
 
   it('an unroutable dead-letter copy is never acked: the original is requeued, not lost', async () => {
     const consumer = f.consume({
-      handler: f.processor(() => { throw new PermanentError('bad'); }),
+      handler: f.processor(() => {
+        throw new PermanentError('bad');
+      }),
       deadLetter: { queue: uniqueName('missing_dlq') },
       assertTopology: false,
       requeueDelayMs: 100,
@@ -93,10 +99,18 @@ describe('retry copies and the attempt header', () => {
       await assertAmqpTopology(channel, { queue: f.queue, retryDelaysMs: [60_000] });
       const reasons = ['database-unavailable', 'handler-failed'];
       let call = 0;
-      const processor = Object.assign(async (m: { id: string; attempt?: number }) => ({
-        status: 'retry' as const, messageId: m.id, consumer: 'c', reason: reasons[call]!, attempt: m.attempt ?? 1, retryAfterMs: 10,
-        error: new InboxError(reasons[call++] === 'handler-failed' ? 'HANDLER_FAILED' : 'DATABASE_UNAVAILABLE', 'simulated'),
-      }), { kind: 'single' as const, consumer: 'c', checkTables: async () => {} });
+      const processor = Object.assign(
+        async (m: { id: string; attempt?: number }) => ({
+          status: 'retry' as const,
+          messageId: m.id,
+          consumer: 'c',
+          reason: reasons[call]!,
+          attempt: m.attempt ?? 1,
+          retryAfterMs: 10,
+          error: new InboxError(reasons[call++] === 'handler-failed' ? 'HANDLER_FAILED' : 'DATABASE_UNAVAILABLE', 'simulated'),
+        }),
+        { kind: 'single' as const, consumer: 'c', checkTables: async () => {} },
+      );
       const onMessage = createAmqpMessageHandler(channel, processor, { queue: f.queue, retryDelaysMs: [60_000] });
       const { consumerTag } = await channel.consume(f.queue, onMessage);
       await f.broker.publish(f.queue, { a: 1 }, { messageId: 'outage', headers: { 'x-inboxed-attempt': 2 } });

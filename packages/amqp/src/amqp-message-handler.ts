@@ -15,7 +15,15 @@ import {
 } from '@inboxed/core';
 import type { Channel, ConfirmChannel, ConsumeMessage, Options } from 'amqplib';
 import { AmqpErrorCodes, toAmqpError } from './amqp-errors.js';
-import { ATTEMPT_HEADER, ORIGINAL_QUEUE_HEADER, attemptOf, extractMessageId, toInboxMessage, type MessageIdExtractor, type PayloadMode } from './amqp-message.js';
+import {
+  ATTEMPT_HEADER,
+  ORIGINAL_QUEUE_HEADER,
+  attemptOf,
+  extractMessageId,
+  toInboxMessage,
+  type MessageIdExtractor,
+  type PayloadMode,
+} from './amqp-message.js';
 import { ConfirmedPublisher } from './amqp-publisher.js';
 import { deadLetterDestination, resolveTopology, retryQueueName, retryTierFor, type DeadLetterTarget, type Topology } from './amqp-topology.js';
 
@@ -128,7 +136,10 @@ function copyProperties(delivery: ConsumeMessage, id: string | undefined): Optio
 export function createAmqpMessageHandler(channel: Channel, processor: AnyInboxProcessor, options: AmqpMessageHandlerOptions): AmqpMessageHandler {
   const publishChannel = options.publishChannel ?? (isConfirmChannel(channel) ? channel : undefined);
   if (publishChannel === undefined) {
-    throw new InboxError(InboxErrorCodes.INVALID_OPTIONS, 'createAmqpMessageHandler needs a confirm channel: consume on connection.createConfirmChannel() or pass options.publishChannel');
+    throw new InboxError(
+      InboxErrorCodes.INVALID_OPTIONS,
+      'createAmqpMessageHandler needs a confirm channel: consume on connection.createConfirmChannel() or pass options.publishChannel',
+    );
   }
   if (typeof processor !== 'function' || (processor.kind !== 'single' && processor.kind !== 'batch')) {
     throw new InboxError(InboxErrorCodes.INVALID_OPTIONS, 'the handler must be a processor from withInbox() or withInboxBatch()');
@@ -151,7 +162,10 @@ export function createAmqpMessageHandler(channel: Channel, processor: AnyInboxPr
       if (ack) acks.ack(delivery);
       else acks.requeue(delivery);
     } catch (error) {
-      events.emit('error', toAmqpError(AmqpErrorCodes.ACK_FAILED, `${ack ? 'ack' : 'nack'} failed; the broker will redeliver`, error, { messageIds: [messageId] }));
+      events.emit(
+        'error',
+        toAmqpError(AmqpErrorCodes.ACK_FAILED, `${ack ? 'ack' : 'nack'} failed; the broker will redeliver`, error, { messageIds: [messageId] }),
+      );
     }
   }
 
@@ -187,7 +201,12 @@ export function createAmqpMessageHandler(channel: Channel, processor: AnyInboxPr
       try {
         await publishCopy(delivery, outcome, id);
       } catch (error) {
-        events.emit('error', toAmqpError(AmqpErrorCodes.PUBLISH_FAILED, 'could not publish the retry/dead-letter copy; the original is requeued', error, { messageIds: [outcome.messageId] }));
+        events.emit(
+          'error',
+          toAmqpError(AmqpErrorCodes.PUBLISH_FAILED, 'could not publish the retry/dead-letter copy; the original is requeued', error, {
+            messageIds: [outcome.messageId],
+          }),
+        );
         await sleep(requeueDelayMs);
         settleOnChannel(delivery, false, outcome.messageId);
         return;
@@ -199,10 +218,13 @@ export function createAmqpMessageHandler(channel: Channel, processor: AnyInboxPr
 
   /** A processor that broke its never-throw contract: requeue after a pause rather than guess. */
   async function processorFailed(entries: Pending[], error: unknown): Promise<void> {
-    events.emit('error', new InboxError(InboxErrorCodes.HANDLER_FAILED, `processor threw (it should resolve to an outcome): ${describeError(error)}`, {
-      cause: error,
-      messageIds: entries.map((e) => e.id ?? '<missing>'),
-    }));
+    events.emit(
+      'error',
+      new InboxError(InboxErrorCodes.HANDLER_FAILED, `processor threw (it should resolve to an outcome): ${describeError(error)}`, {
+        cause: error,
+        messageIds: entries.map((e) => e.id ?? '<missing>'),
+      }),
+    );
     await sleep(requeueDelayMs);
     for (const entry of entries) settleOnChannel(entry.delivery, false, entry.id ?? '<missing>');
   }
@@ -223,14 +245,16 @@ export function createAmqpMessageHandler(channel: Channel, processor: AnyInboxPr
     if (decoded.length > 0) {
       let outcomes: InboxOutcome[];
       try {
-        outcomes = await (processor as (m: readonly InboxMessage[]) => Promise<InboxOutcome[]>)(decoded.map((e) => (e.mapped as { message: InboxMessage }).message));
+        outcomes = await (processor as (m: readonly InboxMessage[]) => Promise<InboxOutcome[]>)(
+          decoded.map((e) => (e.mapped as { message: InboxMessage }).message),
+        );
         if (outcomes.length !== decoded.length) throw new Error(`batch processor returned ${outcomes.length} outcomes for ${decoded.length} messages`);
       } catch (error) {
         settled.push(processorFailed(decoded, error));
         await Promise.all(settled);
         return;
       }
-      decoded.forEach((entry, i) => settled.push(settle(entry, outcomes[i]!)));
+      for (const [i, entry] of decoded.entries()) settled.push(settle(entry, outcomes[i]!));
     }
     await Promise.all(settled);
   }

@@ -37,9 +37,18 @@ export class ConfirmedPublisher {
             // RabbitMQ sends basic.return before the basic.ack of the same message, so this is settled here.
             const wasReturned = this.returned.delete(publishId);
             if (error !== null && error !== undefined) {
-              reject(toAmqpError(AmqpErrorCodes.PUBLISH_FAILED, `publish to ${JSON.stringify(where)} was not confirmed`, error, { messageIds, details: where }));
+              reject(
+                toAmqpError(AmqpErrorCodes.PUBLISH_FAILED, `publish to ${JSON.stringify(where)} was not confirmed`, error, { messageIds, details: where }),
+              );
             } else if (wasReturned) {
-              reject(toAmqpError(AmqpErrorCodes.UNROUTABLE, `publish to ${JSON.stringify(where)} was returned as unroutable (missing queue or binding?)`, undefined, { messageIds, details: where }));
+              reject(
+                toAmqpError(
+                  AmqpErrorCodes.UNROUTABLE,
+                  `publish to ${JSON.stringify(where)} was returned as unroutable (missing queue or binding?)`,
+                  undefined,
+                  { messageIds, details: where },
+                ),
+              );
             } else {
               resolve();
             }

@@ -29,9 +29,7 @@ export function resolveTopology(queue: string, retryDelaysMs: readonly number[] 
   }
   const target = deadLetter ?? { queue: `${queue}.dead-letter` };
   const resolvedDeadLetter =
-    'queue' in target
-      ? { exchange: '', routingKey: target.queue, queue: target.queue }
-      : { exchange: target.exchange, routingKey: target.routingKey ?? queue };
+    'queue' in target ? { exchange: '', routingKey: target.queue, queue: target.queue } : { exchange: target.exchange, routingKey: target.routingKey ?? queue };
   return { queue, retryDelaysMs: delays, deadLetter: resolvedDeadLetter };
 }
 

@@ -40,8 +40,10 @@ describe('the README quick start', () => {
       await broker.publish('orders', { orderId: 'o-2', amountCents: 'twelve' }, { messageId: 'order-2' });
       await app.waitForOutput('processed order-1');
       await app.waitForOutput('order-2 -> amqp:orders.dead-letter: validation-failed');
-      await waitFor('the invalid order dead-lettered and the queue drained', async () =>
-        (await broker.depth('orders.dead-letter')) === 1 && (await broker.depth('orders')) === 0);
+      await waitFor(
+        'the invalid order dead-lettered and the queue drained',
+        async () => (await broker.depth('orders.dead-letter')) === 1 && (await broker.depth('orders')) === 0,
+      );
       expect(await t.query(`select id, amount_cents from "${t.schema}".orders`)).toEqual([{ id: 'o-1', amount_cents: 1299 }]);
     } finally {
       expect(await app.stop()).toBe(0);

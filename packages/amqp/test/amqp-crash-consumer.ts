@@ -8,7 +8,11 @@ import { bigserial, jsonb, pgSchema, text } from 'drizzle-orm/pg-core';
 import pg from 'pg';
 import { createAmqpConsumer } from '../src/index.js';
 
-const env = (name: string): string => process.env[name] ?? (() => { throw new Error(`${name} is required`); })();
+const env = (name: string): string =>
+  process.env[name] ??
+  (() => {
+    throw new Error(`${name} is required`);
+  })();
 const [AMQP_URL, DATABASE_URL, SCHEMA, QUEUE] = ['AMQP_URL', 'DATABASE_URL', 'SCHEMA', 'QUEUE'].map(env) as [string, string, string, string];
 const effects = pgSchema(SCHEMA).table('effects', {
   id: bigserial('id', { mode: 'number' }).primaryKey(),
@@ -21,9 +25,12 @@ const consumer = createAmqpConsumer({
   url: AMQP_URL,
   queue: QUEUE,
   retryDelaysMs: [300],
-  handler: withInbox(async (message, tx) => {
-    await tx.insert(effects).values({ messageId: message.id, value: message.payload });
-  }, { db, consumer: 'crash-consumer', tables: { schema: SCHEMA } }),
+  handler: withInbox(
+    async (message, tx) => {
+      await tx.insert(effects).values({ messageId: message.id, value: message.payload });
+    },
+    { db, consumer: 'crash-consumer', tables: { schema: SCHEMA } },
+  ),
   beforeAck: async (outcome) => {
     process.stdout.write(`committed ${outcome.messageId} ${outcome.status}\n`);
     await new Promise(() => {}); // never ack: the parent SIGKILLs us here

@@ -39,10 +39,13 @@ export async function createAmqpFixture(label: string): Promise<AmqpFixture> {
     recorder,
     processor(before, extra = {}) {
       return recorder.wrap(
-        withInbox(async (message, tx: any) => {
-          await before?.(message);
-          await tx.insert(t.effects).values({ messageId: message.id, value: message.payload });
-        }, { ...inboxOptions, ...extra }),
+        withInbox(
+          async (message, tx: any) => {
+            await before?.(message);
+            await tx.insert(t.effects).values({ messageId: message.id, value: message.payload });
+          },
+          { ...inboxOptions, ...extra },
+        ),
       );
     },
     batchProcessor(before) {

@@ -9,9 +9,7 @@ export function amqpUrl(): string {
 }
 
 function rabbitmqctl(args: string[]): Promise<string> {
-  return new Promise((resolve, reject) =>
-    execFile('rabbitmqctl', args, { timeout: 30_000 }, (error, stdout) => (error ? reject(error) : resolve(stdout))),
-  );
+  return new Promise((resolve, reject) => execFile('rabbitmqctl', args, { timeout: 30_000 }, (error, stdout) => (error ? reject(error) : resolve(stdout))));
 }
 
 /**

@@ -3,7 +3,6 @@ import { sql } from 'drizzle-orm';
 import { beforeEach, describe, expect, it } from 'vitest';
 import { useMigratedDatabase } from './__tests__/migrated-database.js';
 import { PermanentError } from './errors.js';
-import { migrate } from './migrations/migrate.js';
 import { reject, type InboxMessage } from './types.js';
 import { withInbox } from './with-inbox.js';
 import { withInboxBatch } from './with-inbox-batch.js';
@@ -13,7 +12,9 @@ const rowsOf = (result: unknown) => (Array.isArray(result) ? result : (result as
 describe.each(DRIVERS)('copies of one id inside a batch, on %s', (driver) => {
   const database = useMigratedDatabase(driver);
   let t: TestDatabase;
-  beforeEach(() => void (t = database.t));
+  beforeEach(() => {
+    t = database.t;
+  });
 
   const options = database.options;
   const insertAll = async (messages: InboxMessage[], tx: any) => {
@@ -25,7 +26,11 @@ describe.each(DRIVERS)('copies of one id inside a batch, on %s', (driver) => {
       await insertAll(messages, tx);
       if (messages.some((m) => m.id === 'x')) throw new Error('flaky');
     }, options());
-    const outcomes = await process([{ id: 'x', payload: 1 }, { id: 'y', payload: 1 }, { id: 'x', payload: 1 }]);
+    const outcomes = await process([
+      { id: 'x', payload: 1 },
+      { id: 'y', payload: 1 },
+      { id: 'x', payload: 1 },
+    ]);
     expect(outcomes.map((o) => [o.messageId, o.status, o.reason])).toEqual([
       ['x', 'retry', 'handler-failed'],
       ['y', 'processed', undefined],
@@ -38,40 +43,85 @@ describe.each(DRIVERS)('copies of one id inside a batch, on %s', (driver) => {
     const process = withInboxBatch(async (messages: InboxMessage[]) => {
       if (messages.some((m) => m.id === 'x')) throw new PermanentError('poison');
     }, options());
-    const outcomes = await process([{ id: 'x', payload: 1 }, { id: 'x', payload: 1 }]);
-    expect(outcomes.map((o) => [o.status, o.reason])).toEqual([['dead-letter', 'permanent-failure'], ['dead-letter', 'permanent-failure']]);
+    const outcomes = await process([
+      { id: 'x', payload: 1 },
+      { id: 'x', payload: 1 },
+    ]);
+    expect(outcomes.map((o) => [o.status, o.reason])).toEqual([
+      ['dead-letter', 'permanent-failure'],
+      ['dead-letter', 'permanent-failure'],
+    ]);
   });
 
   it('a genuine redelivery matching the stored fingerprint is a duplicate even when another copy in the batch conflicts', async () => {
     const process = withInboxBatch(insertAll, options());
     await process([{ id: 'x', payload: { amount: 1 } }]);
-    const outcomes = await process([{ id: 'x', payload: { amount: 2 } }, { id: 'x', payload: { amount: 1 } }]);
-    expect(outcomes.map((o) => [o.status, o.reason])).toEqual([['conflict', 'payload-mismatch'], ['duplicate', undefined]]);
-    const reversed = await process([{ id: 'x', payload: { amount: 1 } }, { id: 'x', payload: { amount: 2 } }]);
-    expect(reversed.map((o) => [o.status, o.reason])).toEqual([['duplicate', undefined], ['conflict', 'payload-mismatch']]);
+    const outcomes = await process([
+      { id: 'x', payload: { amount: 2 } },
+      { id: 'x', payload: { amount: 1 } },
+    ]);
+    expect(outcomes.map((o) => [o.status, o.reason])).toEqual([
+      ['conflict', 'payload-mismatch'],
+      ['duplicate', undefined],
+    ]);
+    const reversed = await process([
+      { id: 'x', payload: { amount: 1 } },
+      { id: 'x', payload: { amount: 2 } },
+    ]);
+    expect(reversed.map((o) => [o.status, o.reason])).toEqual([
+      ['duplicate', undefined],
+      ['conflict', 'payload-mismatch'],
+    ]);
     expect(await t.countEffects('x')).toBe(1);
   });
 
   it('reasons are kept: a copy of a rejected message carries the rejection; an accepted mismatch keeps payload-mismatch', async () => {
     const rejecting = withInboxBatch(async (messages: InboxMessage[]) => new Map(messages.map((m) => [m.id, reject('out-of-stock')])), options());
-    const outcomes = await rejecting([{ id: 'r', payload: 1 }, { id: 'r', payload: 1 }]);
-    expect(outcomes.map((o) => [o.status, o.reason])).toEqual([['rejected', 'out-of-stock'], ['duplicate', 'out-of-stock']]);
+    const outcomes = await rejecting([
+      { id: 'r', payload: 1 },
+      { id: 'r', payload: 1 },
+    ]);
+    expect(outcomes.map((o) => [o.status, o.reason])).toEqual([
+      ['rejected', 'out-of-stock'],
+      ['duplicate', 'out-of-stock'],
+    ]);
 
     const lenient = withInboxBatch(insertAll, options({ consumer: 'lenient', onPayloadMismatch: 'duplicate' }));
-    const mixed = await lenient([{ id: 'm', payload: 1 }, { id: 'm', payload: 2 }, { id: 'm', payload: 1 }]);
-    expect(mixed.map((o) => [o.status, o.reason])).toEqual([['processed', undefined], ['duplicate', 'payload-mismatch'], ['duplicate', 'duplicate-in-batch']]);
+    const mixed = await lenient([
+      { id: 'm', payload: 1 },
+      { id: 'm', payload: 2 },
+      { id: 'm', payload: 1 },
+    ]);
+    expect(mixed.map((o) => [o.status, o.reason])).toEqual([
+      ['processed', undefined],
+      ['duplicate', 'payload-mismatch'],
+      ['duplicate', 'duplicate-in-batch'],
+    ]);
   });
 
   it("lockTimeoutMs bounds only the claim: the handler runs under the session's own lock_timeout", async () => {
     const seen: unknown[] = [];
-    const single = withInbox(async (_m: InboxMessage, tx: any) => {
-      seen.push(rowsOf(await tx.execute(sql`select current_setting('lock_timeout') as v`))[0]!.v);
-    }, options({ lockTimeoutMs: 1234 }));
-    const batch = withInboxBatch(async (_m: InboxMessage[], tx: any) => {
-      seen.push(rowsOf(await tx.execute(sql`select current_setting('lock_timeout') as v`))[0]!.v);
-    }, options({ lockTimeoutMs: 1234 }));
+    const single = withInbox(
+      async (_m: InboxMessage, tx: any) => {
+        seen.push(rowsOf(await tx.execute(sql`select current_setting('lock_timeout') as v`))[0]!.v);
+      },
+      options({ lockTimeoutMs: 1234 }),
+    );
+    const batch = withInboxBatch(
+      async (_m: InboxMessage[], tx: any) => {
+        seen.push(rowsOf(await tx.execute(sql`select current_setting('lock_timeout') as v`))[0]!.v);
+      },
+      options({ lockTimeoutMs: 1234 }),
+    );
     expect((await single({ id: 'a', payload: 1 })).status).toBe('processed');
-    expect((await batch([{ id: 'b', payload: 1 }, { id: 'c', payload: 1 }])).map((o) => o.status)).toEqual(['processed', 'processed']);
+    expect(
+      (
+        await batch([
+          { id: 'b', payload: 1 },
+          { id: 'c', payload: 1 },
+        ])
+      ).map((o) => o.status),
+    ).toEqual(['processed', 'processed']);
     expect(seen).toEqual(['0', '0']);
   });
 });
@@ -80,7 +130,9 @@ describe.each(DRIVERS)('copies of one id inside a batch, on %s', (driver) => {
 describe.each(DRIVERS.filter((d) => d !== 'pglite'))('lock waits on %s', (driver) => {
   const database = useMigratedDatabase(driver, { poolSize: 6 });
   let t: TestDatabase;
-  beforeEach(() => void (t = database.t));
+  beforeEach(() => {
+    t = database.t;
+  });
 
   const options = database.options;
 
@@ -102,9 +154,12 @@ describe.each(DRIVERS.filter((d) => d !== 'pglite'))('lock waits on %s', (driver
 
   it('one busy id in a batch leaves only itself retry (in-progress); its neighbours commit', async () => {
     const { release, done } = await holdRow('busy');
-    const process = withInboxBatch(async (messages: InboxMessage[], tx: any) => {
-      await tx.insert(t.effects).values(messages.map((m) => ({ messageId: m.id })));
-    }, options({ lockTimeoutMs: 300 }));
+    const process = withInboxBatch(
+      async (messages: InboxMessage[], tx: any) => {
+        await tx.insert(t.effects).values(messages.map((m) => ({ messageId: m.id })));
+      },
+      options({ lockTimeoutMs: 300 }),
+    );
     const ids = ['a', 'b', 'busy', 'c', 'd', 'e', 'f', 'g'];
     const outcomes = await process(ids.map((id) => ({ id, payload: 1 })));
     release();
@@ -126,9 +181,12 @@ describe.each(DRIVERS.filter((d) => d !== 'pglite'))('lock waits on %s', (driver
       await locked;
     });
     await new Promise((r) => setTimeout(r, 50));
-    const process = withInbox(async (message: InboxMessage, tx: any) => {
-      await tx.execute(sql.raw(`update "${t.schema}".effects set value = '"${message.id}"' where id = 1`));
-    }, options({ lockTimeoutMs: 100 }));
+    const process = withInbox(
+      async (message: InboxMessage, tx: any) => {
+        await tx.execute(sql.raw(`update "${t.schema}".effects set value = '"${message.id}"' where id = 1`));
+      },
+      options({ lockTimeoutMs: 100 }),
+    );
     const pending = process({ id: 'contender', payload: 1 });
     await new Promise((r) => setTimeout(r, 400));
     release();

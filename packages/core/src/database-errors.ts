@@ -23,9 +23,20 @@ const SCHEMA_MISSING_CODES = new Set(['42P01', '42703', '3F000']);
 // Applied only to inboxed's own statements: the same codes raised inside a handler are the handler's.
 const UNAVAILABLE_CODE = /^(08|53|57P0|57014|58|25006)/;
 const UNAVAILABLE_NODE_CODES = new Set([
-  'ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EPIPE', 'ENOTFOUND', 'EAI_AGAIN', 'EHOSTUNREACH', 'ENETUNREACH', 'ECONNABORTED',
+  'ECONNREFUSED',
+  'ECONNRESET',
+  'ETIMEDOUT',
+  'EPIPE',
+  'ENOTFOUND',
+  'EAI_AGAIN',
+  'EHOSTUNREACH',
+  'ENETUNREACH',
+  'ECONNABORTED',
   // postgres-js
-  'CONNECTION_CLOSED', 'CONNECTION_ENDED', 'CONNECTION_DESTROYED', 'CONNECT_TIMEOUT',
+  'CONNECTION_CLOSED',
+  'CONNECTION_ENDED',
+  'CONNECTION_DESTROYED',
+  'CONNECT_TIMEOUT',
 ]);
 const UNAVAILABLE_MESSAGES = [
   /connection terminated/i, // node-postgres: server went away mid-query

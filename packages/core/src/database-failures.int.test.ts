@@ -94,13 +94,16 @@ describe('database lost mid-stream (connection cut by a proxy)', () => {
     pool.on('error', () => {}); // idle clients die with the proxy; the next checkout reconnects
     const db = drizzleNodePg(pool);
     let cutInsideTransaction = false;
-    const process = withInbox(async (message: InboxMessage, tx) => {
-      await tx.insert(t.effects).values({ messageId: message.id });
-      if (message.id === 'cut-here' && !cutInsideTransaction) {
-        cutInsideTransaction = true;
-        proxy.cut(); // the commit can no longer reach the server
-      }
-    }, { db, consumer: 'c', tables: { schema: t.schema } });
+    const process = withInbox(
+      async (message: InboxMessage, tx) => {
+        await tx.insert(t.effects).values({ messageId: message.id });
+        if (message.id === 'cut-here' && !cutInsideTransaction) {
+          cutInsideTransaction = true;
+          proxy.cut(); // the commit can no longer reach the server
+        }
+      },
+      { db, consumer: 'c', tables: { schema: t.schema } },
+    );
 
     const ids = Array.from({ length: 20 }, (_, i) => `m-${i}`);
     for (const id of ids.slice(0, 5)) expect((await process({ id, payload: {} })).status).toBe('processed');
@@ -114,7 +117,12 @@ describe('database lost mid-stream (connection cut by a proxy)', () => {
     // The broker redelivers everything not acked: the retried ones, plus a replay of the first five.
     const redelivered = [...ids, 'cut-here'].map((id) => ({ id, payload: {} }));
     const outcomes = await Promise.all(redelivered.map((m) => process(m)));
-    expect(outcomes.filter((o) => o.status === 'duplicate').map((o) => o.messageId).sort()).toEqual(ids.slice(0, 5).sort());
+    expect(
+      outcomes
+        .filter((o) => o.status === 'duplicate')
+        .map((o) => o.messageId)
+        .sort(),
+    ).toEqual(ids.slice(0, 5).sort());
     expect(outcomes.filter((o) => o.status === 'processed')).toHaveLength(16);
     expect(await t.countEffects()).toBe(21);
     for (const id of [...ids, 'cut-here']) expect(await t.countEffects(id)).toBe(1);
@@ -138,11 +146,14 @@ describe('concurrent copy held longer than lockTimeoutMs', () => {
     const held = new Promise<void>((resolve) => (release = resolve));
     let entered!: () => void;
     const inHandler = new Promise<void>((resolve) => (entered = resolve));
-    const process = withInbox(async (message: InboxMessage, tx) => {
-      await tx.insert(t.effects).values({ messageId: message.id });
-      entered();
-      await held;
-    }, { db: t.db, consumer: 'c', tables: { schema: t.schema }, lockTimeoutMs: 200 });
+    const process = withInbox(
+      async (message: InboxMessage, tx) => {
+        await tx.insert(t.effects).values({ messageId: message.id });
+        entered();
+        await held;
+      },
+      { db: t.db, consumer: 'c', tables: { schema: t.schema }, lockTimeoutMs: 200 },
+    );
 
     const first = process({ id: 'slow', payload: {} });
     await inHandler;
@@ -187,9 +198,12 @@ describe('a connection that dies while BEGIN is in flight', () => {
     const { proxy, url } = await startPostgresProxy(databaseUrl());
     const pool = new pg.Pool({ connectionString: url, max: 1, connectionTimeoutMillis: 2000 });
     pool.on('error', () => {});
-    const process = withInbox(async (message: InboxMessage, tx) => {
-      await tx.insert(t.effects).values({ messageId: message.id });
-    }, { db: drizzleNodePg(pool), consumer: 'c', tables: { schema: t.schema } });
+    const process = withInbox(
+      async (message: InboxMessage, tx) => {
+        await tx.insert(t.effects).values({ messageId: message.id });
+      },
+      { db: drizzleNodePg(pool), consumer: 'c', tables: { schema: t.schema } },
+    );
 
     expect((await process({ id: 'before', payload: {} })).status).toBe('processed');
     proxy.freeze(); // the next BEGIN leaves, and no answer comes back

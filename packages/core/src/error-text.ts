@@ -31,7 +31,13 @@ interface QueryWrapper {
  */
 function isQueryWrapper(error: unknown): error is QueryWrapper {
   const candidate = error as Partial<QueryWrapper> | null;
-  return typeof candidate === 'object' && candidate !== null && typeof candidate.query === 'string' && Array.isArray(candidate.params) && sqlStateOf(candidate) === undefined;
+  return (
+    typeof candidate === 'object' &&
+    candidate !== null &&
+    typeof candidate.query === 'string' &&
+    Array.isArray(candidate.params) &&
+    sqlStateOf(candidate) === undefined
+  );
 }
 
 /** The SQLSTATE of a driver error (node-postgres, postgres-js and PGlite all use `code`). */

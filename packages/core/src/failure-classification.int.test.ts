@@ -5,7 +5,6 @@ import { beforeEach, describe, expect, it } from 'vitest';
 import { useMigratedDatabase } from './__tests__/migrated-database.js';
 import { deadLetterHeaders } from './adapter/outcomes.js';
 import { InboxError, InboxErrorCodes } from './errors.js';
-import { migrate } from './migrations/migrate.js';
 import type { InboxMessage, InboxOutcome } from './types.js';
 import { withInbox } from './with-inbox.js';
 import { withInboxBatch } from './with-inbox-batch.js';
@@ -34,12 +33,15 @@ async function callDeadApi(): Promise<never> {
 describe.each(DRIVERS)('what counts as whose failure, on %s', (driver) => {
   const database = useMigratedDatabase(driver, { poolSize: 4 });
   let t: TestDatabase;
-  beforeEach(() => void (t = database.t));
+  beforeEach(() => {
+    t = database.t;
+  });
 
   const options = (extra: Record<string, unknown> = {}) => database.options({ maxAttempts: 2, ...extra });
-  const attempts = () => t.query<{ message_id: string; attempts: number; last_error: string; last_error_code: string }>(
-    `select message_id, attempts, last_error, last_error_code from "${t.schema}".inbox_attempts order by 1`,
-  );
+  const attempts = () =>
+    t.query<{ message_id: string; attempts: number; last_error: string; last_error_code: string }>(
+      `select message_id, attempts, last_error, last_error_code from "${t.schema}".inbox_attempts order by 1`,
+    );
 
   it("a handler's call to a dead API (ECONNREFUSED in its cause chain) is the handler's failure: counted, then dead-lettered", async () => {
     const process = withInbox(async (message: InboxMessage, tx: any) => {
@@ -93,9 +95,12 @@ describe.each(DRIVERS)('what counts as whose failure, on %s', (driver) => {
     const secret = 'card-4111-1111-1111-1111';
     await t.query(`create unique index effects_message_once on "${t.schema}".effects (message_id)`);
     await t.query(`insert into "${t.schema}".effects (message_id) values ('taken')`);
-    const process = withInbox(async (message: InboxMessage, tx: any) => {
-      await tx.insert(t.effects).values({ messageId: 'taken', value: { card: (message.payload as { card: string }).card } });
-    }, options({ maxAttempts: 1 }));
+    const process = withInbox(
+      async (message: InboxMessage, tx: any) => {
+        await tx.insert(t.effects).values({ messageId: 'taken', value: { card: (message.payload as { card: string }).card } });
+      },
+      options({ maxAttempts: 1 }),
+    );
     const outcome: InboxOutcome = await process({ id: 'leak', payload: { card: secret } });
     expect(outcome).toMatchObject({ status: 'dead-letter', reason: 'max-attempts-exceeded' });
     const exported = [outcome.error!.message, JSON.stringify(deadLetterHeaders(outcome)), JSON.stringify(await attempts())];
@@ -108,7 +113,10 @@ describe.each(DRIVERS)('what counts as whose failure, on %s', (driver) => {
     // In memory, on the outcome, the whole chain is still there for the application's own logs.
     let cause: unknown = outcome.error;
     const chain: unknown[] = [];
-    while (cause !== undefined && chain.length < 6) chain.push((cause = (cause as { cause?: unknown }).cause));
+    while (cause !== undefined && chain.length < 6) {
+      cause = (cause as { cause?: unknown }).cause;
+      chain.push(cause);
+    }
     expect(chain.some((c) => Array.isArray((c as { params?: unknown })?.params))).toBe(true);
   });
 
@@ -146,7 +154,9 @@ describe.each(DRIVERS)('what counts as whose failure, on %s', (driver) => {
         await tx.insert(t.effects).values({ messageId: message.id });
         if (kill) {
           kill = false;
-          await t.query(`select pg_terminate_backend(pid) from pg_stat_activity where pid <> pg_backend_pid() and state = 'idle in transaction' and query like '%effects%'`);
+          await t.query(
+            `select pg_terminate_backend(pid) from pg_stat_activity where pid <> pg_backend_pid() and state = 'idle in transaction' and query like '%effects%'`,
+          );
           await new Promise((r) => setTimeout(r, 50));
           await tx.insert(t.effects).values({ messageId: message.id });
         }

@@ -79,12 +79,20 @@ export async function outcomeOfFailure(
     case 'busy':
       return retry(InboxErrorCodes.LOCK_TIMEOUT, OutcomeReasons.IN_PROGRESS, 'another copy of this message is still being processed');
     case 'table-missing':
-      return retry(InboxErrorCodes.INBOX_TABLE_MISSING, OutcomeReasons.INBOX_TABLE_MISSING, 'the inbox tables are missing; run migrate(db, { schema, table }) or your drizzle-kit migration');
+      return retry(
+        InboxErrorCodes.INBOX_TABLE_MISSING,
+        OutcomeReasons.INBOX_TABLE_MISSING,
+        'the inbox tables are missing; run migrate(db, { schema, table }) or your drizzle-kit migration',
+      );
     case 'inbox-query':
       return retry(InboxErrorCodes.INBOX_QUERY_FAILED, OutcomeReasons.INBOX_QUERY_FAILED, 'an inbox statement failed');
     case 'conflict':
       if (!failure.counted) {
-        return retry(InboxErrorCodes.TRANSACTION_CONFLICT, OutcomeReasons.TRANSACTION_CONFLICT, 'serialization failures or deadlocks outlasted the transparent retries');
+        return retry(
+          InboxErrorCodes.TRANSACTION_CONFLICT,
+          OutcomeReasons.TRANSACTION_CONFLICT,
+          'serialization failures or deadlocks outlasted the transparent retries',
+        );
       }
       break;
     default:
@@ -102,9 +110,10 @@ export async function outcomeOfFailure(
     const kind = classifyDatabaseError(recordError);
     if (!permanent && (kind === 'unavailable' || kind === 'schema-missing')) {
       // Nothing can be counted while the database is away: that is an outage, not a failed attempt.
-      const [retryCode, reason] = kind === 'schema-missing'
-        ? [InboxErrorCodes.INBOX_TABLE_MISSING, OutcomeReasons.INBOX_TABLE_MISSING]
-        : [InboxErrorCodes.DATABASE_UNAVAILABLE, OutcomeReasons.DATABASE_UNAVAILABLE];
+      const [retryCode, reason] =
+        kind === 'schema-missing'
+          ? [InboxErrorCodes.INBOX_TABLE_MISSING, OutcomeReasons.INBOX_TABLE_MISSING]
+          : [InboxErrorCodes.DATABASE_UNAVAILABLE, OutcomeReasons.DATABASE_UNAVAILABLE];
       return infrastructureRetry(options, message, retryCode, reason, `${text}; and the attempt could not be recorded`, recordError);
     }
     notRecorded = recordError;
@@ -116,9 +125,10 @@ export async function outcomeOfFailure(
     notRecorded === undefined ? undefined : `the attempt could not be recorded (${describeError(notRecorded)}); counting the broker's delivery count instead`,
   ].filter((note) => note !== undefined);
   const details = { consumer: options.consumer, attempt, ...(notes.length > 0 ? { notes } : {}) };
-  const error = failure.kind === 'handler' && isInboxError(failure.error) && notes.length === 0
-    ? failure.error
-    : new InboxError(code, notes.length === 0 ? text : `${text} (${notes.join('; ')})`, { cause: failure.error, messageIds: [message.id], details });
+  const error =
+    failure.kind === 'handler' && isInboxError(failure.error) && notes.length === 0
+      ? failure.error
+      : new InboxError(code, notes.length === 0 ? text : `${text} (${notes.join('; ')})`, { cause: failure.error, messageIds: [message.id], details });
   const base = { messageId: message.id, consumer: options.consumer, attempt, firstAttemptAt: record?.firstAttemptAt, lastAttemptAt: record?.lastAttemptAt };
   if (permanent) {
     return { ...base, status: 'dead-letter', reason: OutcomeReasons.PERMANENT_FAILURE, error };
@@ -151,7 +161,10 @@ export function internalFailure(options: ResolvedOptions<AnyPgDatabase, unknown>
     messageId,
     consumer: options.consumer,
     reason: OutcomeReasons.INTERNAL_ERROR,
-    error: new InboxError(InboxErrorCodes.INTERNAL_ERROR, `inboxed failed unexpectedly (please report this): ${describeError(error)}`, { cause: error, messageIds: [messageId] }),
+    error: new InboxError(InboxErrorCodes.INTERNAL_ERROR, `inboxed failed unexpectedly (please report this): ${describeError(error)}`, {
+      cause: error,
+      messageIds: [messageId],
+    }),
     attempt: 1,
     retryAfterMs: backoffDelay(1, options.backoff),
   };

@@ -6,9 +6,30 @@ import { fingerprintMessage, fingerprintValue } from './fingerprint.js';
 /** A deterministic pseudo-random JSON value: nested objects and arrays, awkward strings and numbers. */
 function randomJson(seed: number) {
   let state = seed;
-  const next = () => ((state = (state * 1103515245 + 12345) % 2147483648) / 2147483648);
+  const next = () => {
+    state = (state * 1103515245 + 12345) % 2147483648;
+    return state / 2147483648;
+  };
   const pick = <T>(items: readonly T[]): T => items[Math.floor(next() * items.length)]!;
-  const strings = ['', 'a', 'é', 'e\u0301', '\u{1F600}', '"quoted"', 'back\\slash', 'line\nbreak', '\u0000nul', '\u007f', '\u2028', '10', '1', 'a-b', 'B', 'b', '\uFFFF'];
+  const strings = [
+    '',
+    'a',
+    'é',
+    'e\u0301',
+    '\u{1F600}',
+    '"quoted"',
+    'back\\slash',
+    'line\nbreak',
+    '\u0000nul',
+    '\u007f',
+    '\u2028',
+    '10',
+    '1',
+    'a-b',
+    'B',
+    'b',
+    '\uFFFF',
+  ];
   const numbers = [0, -0, 1, -1, 0.1, 1e21, 1e-7, 123456789012345680000, 5e-324, Number.MAX_SAFE_INTEGER, 2 ** 53 + 2, 1 / 3, -1.5e300];
   const value = (depth: number): unknown => {
     const roll = next();
@@ -65,7 +86,12 @@ describe('fingerprint', () => {
       const value = randomJson(seed);
       expect(canonicalJson(value)).toBe(canonicalize(value));
     }
-    const stored = { order: { id: 'o-1', amountCents: 1299, items: [{ sku: 'a', qty: 2 }], note: 'café ☕ \u{1F600}' }, when: new Date('2026-01-01T00:00:00.000Z'), n: [1e21, 1e-7, -0, 0.1], gone: undefined };
+    const stored = {
+      order: { id: 'o-1', amountCents: 1299, items: [{ sku: 'a', qty: 2 }], note: 'café ☕ \u{1F600}' },
+      when: new Date('2026-01-01T00:00:00.000Z'),
+      n: [1e21, 1e-7, -0, 0.1],
+      gone: undefined,
+    };
     // Computed with inboxed 0.1 (canonicalize 4): a changed fingerprint would turn every stored row into a conflict.
     expect(fp(stored)).toBe('6f2180b0d37ca2ff3a778b961116d887c97522b1d81c6041276825563b710f42');
   });
@@ -73,7 +99,14 @@ describe('fingerprint', () => {
   it.each([
     ['a Map', { items: new Map([['a', 1]]) }],
     ['a Set', { tags: new Set(['a']) }],
-    ['a class instance without toJSON', { order: new (class Order { constructor(readonly id = 1) {} })() }],
+    [
+      'a class instance without toJSON',
+      {
+        order: new (class Order {
+          constructor(readonly id = 1) {}
+        })(),
+      },
+    ],
     ['a nested ArrayBuffer', { file: new ArrayBuffer(4) }],
     ['a nested typed array', { file: new Uint8Array([1, 2]) }],
     ['a RegExp', { pattern: /a/ }],
@@ -82,10 +115,18 @@ describe('fingerprint', () => {
     ['Infinity', { n: Number.POSITIVE_INFINITY }],
     ['a function value', { f: () => 1 }],
     ['a symbol value', { s: Symbol('x') }],
-    ['a hole in an array', { list: [1, , 3] }], // eslint-disable-line no-sparse-arrays
+    // biome-ignore lint/suspicious/noSparseArray: the hole is the point of the case.
+    ['a hole in an array', { list: [1, , 3] }],
     ['a function in an array', { list: [() => 1] }],
-    ['a lone surrogate in a key', { ['\uD800']: 1 }],
-    ['a cycle', (() => { const a: Record<string, unknown> = {}; a.self = a; return a; })()],
+    ['a lone surrogate in a key', { '\uD800': 1 }],
+    [
+      'a cycle',
+      (() => {
+        const a: Record<string, unknown> = {};
+        a.self = a;
+        return a;
+      })(),
+    ],
   ])('refuses %s instead of letting it collapse into another payload', (_label, payload) => {
     expect(() => fp(payload)).toThrow(/no JSON form/);
   });
@@ -104,6 +145,8 @@ describe('fingerprint', () => {
   it('can be turned off or narrowed with a function', () => {
     expect(fingerprintMessage({ id: 'a', payload: { x: 1 } }, false)).toBeNull();
     const onlyAmount = (m: { payload: unknown }) => (m.payload as { amount: number }).amount;
-    expect(fingerprintMessage({ id: 'a', payload: { amount: 5, trace: 'a' } }, onlyAmount)).toBe(fingerprintMessage({ id: 'a', payload: { amount: 5, trace: 'b' } }, onlyAmount));
+    expect(fingerprintMessage({ id: 'a', payload: { amount: 5, trace: 'a' } }, onlyAmount)).toBe(
+      fingerprintMessage({ id: 'a', payload: { amount: 5, trace: 'b' } }, onlyAmount),
+    );
   });
 });

@@ -2,7 +2,6 @@ import { DRIVERS, type TestDatabase } from '@inboxed/test-support';
 import { beforeEach, describe, expect, it } from 'vitest';
 import { useMigratedDatabase } from './__tests__/migrated-database.js';
 import { InboxErrorCodes } from './errors.js';
-import { migrate } from './migrations/migrate.js';
 import { reject, type InboxMessage } from './types.js';
 import { isWellFormed } from './unicode.js';
 import { withInbox } from './with-inbox.js';
@@ -11,7 +10,9 @@ import { withInboxBatch } from './with-inbox-batch.js';
 describe.each(DRIVERS)('hostile inputs and callbacks on %s', (driver) => {
   const database = useMigratedDatabase(driver);
   let t: TestDatabase;
-  beforeEach(() => void (t = database.t));
+  beforeEach(() => {
+    t = database.t;
+  });
 
   const options = database.options;
   const insert = async (message: InboxMessage, tx: any) => {
@@ -54,15 +55,30 @@ describe.each(DRIVERS)('hostile inputs and callbacks on %s', (driver) => {
   });
 
   it('a message whose fields throw when read is dead-lettered, and the processor still resolves', async () => {
-    const hostile = new Proxy({}, { get: () => { throw new Error('gotcha'); } }) as InboxMessage;
+    const hostile = new Proxy(
+      {},
+      {
+        get: () => {
+          throw new Error('gotcha');
+        },
+      },
+    ) as InboxMessage;
     expect(await withInbox(insert, options())(hostile)).toMatchObject({ status: 'dead-letter', reason: 'invalid-message' });
     expect((await withInboxBatch(async () => {}, options())([hostile, { id: 'ok', payload: 1 }])).map((o) => o.status)).toEqual(['dead-letter', 'processed']);
   });
 
   it('an isPermanent that throws counts the failure as retryable and says so; the processor resolves', async () => {
-    const process = withInbox(async () => {
-      throw new Error('broken');
-    }, options({ maxAttempts: 2, isPermanent: () => { throw new Error('classifier bug'); } }));
+    const process = withInbox(
+      async () => {
+        throw new Error('broken');
+      },
+      options({
+        maxAttempts: 2,
+        isPermanent: () => {
+          throw new Error('classifier bug');
+        },
+      }),
+    );
     const first = await process({ id: 'm', payload: {} });
     expect(first).toMatchObject({ status: 'retry', reason: 'handler-failed', attempt: 1 });
     expect(first.error?.message).toContain('isPermanent threw: Error: classifier bug');
@@ -70,17 +86,33 @@ describe.each(DRIVERS)('hostile inputs and callbacks on %s', (driver) => {
   });
 
   it('in a batch, an isPermanent that throws for one message keeps every outcome, including those committed', async () => {
-    const process = withInboxBatch(async (messages: InboxMessage[], tx: any) => {
-      await tx.insert(t.effects).values(messages.map((m) => ({ messageId: m.id })));
-      if (messages.some((m) => m.id === 'bad')) throw new Error('poison');
-    }, options({ isPermanent: () => { throw new Error('classifier bug'); } }));
+    const process = withInboxBatch(
+      async (messages: InboxMessage[], tx: any) => {
+        await tx.insert(t.effects).values(messages.map((m) => ({ messageId: m.id })));
+        if (messages.some((m) => m.id === 'bad')) throw new Error('poison');
+      },
+      options({
+        isPermanent: () => {
+          throw new Error('classifier bug');
+        },
+      }),
+    );
     const outcomes = await process(['a', 'bad', 'c'].map((id) => ({ id, payload: 1 })));
-    expect(outcomes.map((o) => [o.messageId, o.status])).toEqual([['a', 'processed'], ['bad', 'retry'], ['c', 'processed']]);
+    expect(outcomes.map((o) => [o.messageId, o.status])).toEqual([
+      ['a', 'processed'],
+      ['bad', 'retry'],
+      ['c', 'processed'],
+    ]);
     expect(await t.countEffects()).toBe(2);
   });
 
   it.each([
-    ['throws', () => { throw new Error('fp bug'); }],
+    [
+      'throws',
+      () => {
+        throw new Error('fp bug');
+      },
+    ],
     ['returns a Map', () => new Map([['a', 1]])],
     ['returns a class instance', () => new (class Order {})()],
     ['returns undefined', () => undefined],
@@ -95,7 +127,12 @@ describe.each(DRIVERS)('hostile inputs and callbacks on %s', (driver) => {
     const parsed = withInbox(async (message) => void seen.push(message.payload), { ...options(), parse: async (p: unknown) => Number(p) * 2 });
     expect(await parsed({ id: 'ok', payload: 21 })).toMatchObject({ status: 'processed' });
     expect(seen).toEqual([42]);
-    for (const parse of [() => { throw new Error('no'); }, () => Promise.reject(new Error('no'))]) {
+    for (const parse of [
+      () => {
+        throw new Error('no');
+      },
+      () => Promise.reject(new Error('no')),
+    ]) {
       const outcome = await withInbox(insert, options({ consumer: `c-${seen.length}`, parse }))({ id: 'bad', payload: 1 });
       seen.push(outcome.status);
       expect(outcome).toMatchObject({ status: 'dead-letter', reason: 'validation-failed' });
@@ -103,7 +140,18 @@ describe.each(DRIVERS)('hostile inputs and callbacks on %s', (driver) => {
   });
 
   it('a handler returning garbage is a counted failure or a success, never a thrown processor', async () => {
-    const hostile = withInbox(async () => new Proxy({}, { get: () => { throw new Error('gotcha'); } }) as never, options());
+    const hostile = withInbox(
+      async () =>
+        new Proxy(
+          {},
+          {
+            get: () => {
+              throw new Error('gotcha');
+            },
+          },
+        ) as never,
+      options(),
+    );
     expect(await hostile({ id: 'proxy', payload: {} })).toMatchObject({ status: 'retry', reason: 'handler-failed' });
     const weird = withInbox(async () => 42 as never, options({ consumer: 'weird' }));
     expect(await weird({ id: 'number', payload: {} })).toMatchObject({ status: 'processed' });
@@ -141,7 +189,16 @@ describe('options validated at construction (INVALID_OPTIONS, before anything re
     ['a maxAttempts beyond integer range', { maxAttempts: 2 ** 31 }],
     ['a NaN backoff', { backoff: { baseDelayMs: Number.NaN } }],
     ['an unknown jitter', { backoff: { jitter: 'lots' } }],
-    ['a backoff getter that throws', { backoff: { get baseDelayMs() { throw new Error('x'); } } }],
+    [
+      'a backoff getter that throws',
+      {
+        backoff: {
+          get baseDelayMs() {
+            throw new Error('x');
+          },
+        },
+      },
+    ],
     ['an unknown fingerprint mode', { fingerprint: 'md5' }],
     ['an unknown onPayloadMismatch', { onPayloadMismatch: 'ignore' }],
     ['a parse that is not a function', { parse: 'zod' }],

@@ -98,8 +98,11 @@ export class InboxStore {
     if (this.pinned) return;
     this.pinning ??= (async () => {
       try {
-        const [row] = await rowsOf<{ schema: string | null }>(db, sql`select n.nspname as schema from pg_class c
-          join pg_namespace n on n.oid = c.relnamespace where c.oid = to_regclass(${this.inboxNameText})`);
+        const [row] = await rowsOf<{ schema: string | null }>(
+          db,
+          sql`select n.nspname as schema from pg_class c
+          join pg_namespace n on n.oid = c.relnamespace where c.oid = to_regclass(${this.inboxNameText})`,
+        );
         if (typeof row?.schema === 'string' && !this.pinned) {
           this.inboxNameText = `"${row.schema.replaceAll('"', '""')}".${this.inboxNameText}`;
           this.inboxName = sql.raw(this.inboxNameText);
@@ -148,7 +151,10 @@ export class InboxStore {
    */
   async claim(tx: Executable, rows: readonly ClaimRow[], lockTimeoutMs: number | null): Promise<Set<string>> {
     // The same expression as boundConsumer, with the consumer as a parameter.
-    const bound = lockTimeoutMs === null ? sql`${this.consumer}` : sql`(case when set_config('inboxed.lock_timeout', current_setting('lock_timeout'), true) is null then null
+    const bound =
+      lockTimeoutMs === null
+        ? sql`${this.consumer}`
+        : sql`(case when set_config('inboxed.lock_timeout', current_setting('lock_timeout'), true) is null then null
       when set_config('lock_timeout', ${sql.raw(`'${lockTimeoutMs}'`)}, true) is null then null else ${this.consumer}::text end)`;
     if (rows.length === 1) {
       const [row] = rows as [ClaimRow];
@@ -188,10 +194,24 @@ export class InboxStore {
       return `${insert} values (${consumer}, ${literal(row.messageId)}, ${trusted(row.fingerprint)}, 'processed', ${literal(row.source)}, ${receivedAt}) ${conflict}${restore}`;
     }
     const array = (values: (string | null | undefined)[], quoteOne: typeof literal) => `ARRAY[${values.map(quoteOne).join(',')}]::text[]`;
+    const ids = array(
+      rows.map((r) => r.messageId),
+      literal,
+    );
+    const fingerprints = array(
+      rows.map((r) => r.fingerprint),
+      trusted,
+    );
+    const sources = array(
+      rows.map((r) => r.source),
+      literal,
+    );
+    const receivedAts = array(
+      rows.map((r) => r.receivedAt?.toISOString()),
+      trusted,
+    );
     const text = `${insert} select (select ${consumer}), m.id, m.fp, 'processed', m.src, coalesce(m.at::timestamptz, now())
-      from unnest(${array(rows.map((r) => r.messageId), literal)}, ${array(rows.map((r) => r.fingerprint), trusted)},
-                  ${array(rows.map((r) => r.source), literal)}, ${array(rows.map((r) => r.receivedAt?.toISOString()), trusted)}) as m(id, fp, src, at)
-      ${conflict}`;
+      from unnest(${ids}, ${fingerprints}, ${sources}, ${receivedAts}) as m(id, fp, src, at) ${conflict}`;
     return lockTimeoutMs === null ? text : `${text}; select ${this.restoreText()}`;
   }
 
@@ -211,20 +231,22 @@ export class InboxStore {
    * every row has it; each check then grew with the table.
    */
   verify(tx: Executable, messageIds: readonly string[]): Promise<unknown> {
-    const rows = messageIds.length === 1
-      ? sql`from ${this.inboxName} where consumer = ${this.consumer} and message_id = ${messageIds[0]!}`
-      : sql`from ${this.ids(messageIds)}
+    const rows =
+      messageIds.length === 1
+        ? sql`from ${this.inboxName} where consumer = ${this.consumer} and message_id = ${messageIds[0]!}`
+        : sql`from ${this.ids(messageIds)}
           cross join lateral (select 1 from ${this.inboxName} i where i.consumer = ${this.consumer} and i.message_id = m.id limit 1) as found`;
     return tx.execute(sql`select case when count(*) = ${messageIds.length} and txid_current_if_assigned() is not null then 0
-        else (${CLAIM_LOST_MARKER + ' '} || count(*) || ${'/' + messageIds.length} || case when txid_current_if_assigned() is null then ' (no transaction)' else '' end)::int end
+        else (${`${CLAIM_LOST_MARKER} `} || count(*) || ${`/${messageIds.length}`} || case when txid_current_if_assigned() is null then ' (no transaction)' else '' end)::int end
       ${rows}`);
   }
 
   /** {@link verify} as inline-literal text, to send in one round trip with COMMIT. */
   verifyText(messageIds: readonly string[], quote: Quote): string {
-    const rows = messageIds.length === 1
-      ? `from ${this.inboxNameText} where consumer = ${quote(this.consumer)} and message_id = ${quote(messageIds[0]!)}`
-      : `from unnest(ARRAY[${messageIds.map(quote).join(',')}]::text[]) as m(id)
+    const rows =
+      messageIds.length === 1
+        ? `from ${this.inboxNameText} where consumer = ${quote(this.consumer)} and message_id = ${quote(messageIds[0]!)}`
+        : `from unnest(ARRAY[${messageIds.map(quote).join(',')}]::text[]) as m(id)
           cross join lateral (select 1 from ${this.inboxNameText} i where i.consumer = ${quote(this.consumer)} and i.message_id = m.id limit 1) as found`;
     return `select case when count(*) = ${messageIds.length} and txid_current_if_assigned() is not null then 0
         else ('${CLAIM_LOST_MARKER} ' || count(*) || '/${messageIds.length}' || case when txid_current_if_assigned() is null then ' (no transaction)' else '' end)::int end
@@ -241,9 +263,12 @@ export class InboxStore {
     let rows: { message_id: string; fingerprint: string | null; status: string; reason: string | null }[];
     try {
       // One index probe per id, whatever the table's statistics say (see verify).
-      rows = await rowsOf(tx, sql`select i.message_id, i.fingerprint, i.status, i.reason from ${this.ids(messageIds)}
+      rows = await rowsOf(
+        tx,
+        sql`select i.message_id, i.fingerprint, i.status, i.reason from ${this.ids(messageIds)}
           cross join lateral (select message_id, fingerprint, status, reason from ${this.inboxName} i
-                              where i.consumer = ${this.consumer} and i.message_id = m.id limit 1) as i`);
+                              where i.consumer = ${this.consumer} and i.message_id = m.id limit 1) as i`,
+      );
     } catch (error) {
       throw new InboxStatementError('find', error);
     }

@@ -122,7 +122,8 @@ function resolveBackoff(backoff: unknown): BackoffOptions {
     invalid(`options.backoff cannot be read: ${describeError(error)}`);
   }
   const delay = (value: unknown, name: string) => {
-    if (value !== undefined && !(typeof value === 'number' && Number.isFinite(value) && value >= 0)) invalid(`options.backoff.${name} must be a finite number >= 0`);
+    if (value !== undefined && !(typeof value === 'number' && Number.isFinite(value) && value >= 0))
+      invalid(`options.backoff.${name} must be a finite number >= 0`);
   };
   delay(baseDelayMs, 'baseDelayMs');
   delay(maxDelayMs, 'maxDelayMs');
@@ -173,7 +174,8 @@ export function resolveOptions<TDb extends AnyPgDatabase, TPayload>(options: Inb
   for (const name of ['parse', 'isPermanent'] as const) {
     if (options[name] !== undefined && typeof options[name] !== 'function') invalid(`options.${name} must be a function`);
   }
-  if (options.tables !== undefined && (options.tables === null || typeof options.tables !== 'object')) invalid('options.tables must be { schema, table } or createInboxTables(...)');
+  if (options.tables !== undefined && (options.tables === null || typeof options.tables !== 'object'))
+    invalid('options.tables must be { schema, table } or createInboxTables(...)');
   const tables = options.tables !== undefined && 'inbox' in options.tables ? options.tables : createInboxTables(options.tables);
   const userIsPermanent = options.isPermanent;
   return {
@@ -186,8 +188,7 @@ export function resolveOptions<TDb extends AnyPgDatabase, TPayload>(options: Inb
     parse: options.parse,
     maxAttempts,
     backoff: resolveBackoff(options.backoff),
-    isPermanent: (error) =>
-      (error instanceof Error && PERMANENT_ERROR_NAMES.has(error.name)) || (userIsPermanent?.(error) ?? false),
+    isPermanent: (error) => (error instanceof Error && PERMANENT_ERROR_NAMES.has(error.name)) || (userIsPermanent?.(error) ?? false),
     lockTimeoutMs,
     transactionRetries,
     isolationLevel,

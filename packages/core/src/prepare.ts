@@ -66,7 +66,11 @@ export async function prepareMessage<TPayload>(
     message = { id, payload, headers, attempt, receivedAt, source };
     for (const key of ['headers', 'attempt', 'receivedAt', 'source'] as const) if (message[key] === undefined) delete message[key];
   } catch (error) {
-    return deadLetter('', OutcomeReasons.INVALID_MESSAGE, new InboxError(InboxErrorCodes.INVALID_MESSAGE, `the message's fields cannot be read: ${describeError(error)}`, { cause: error }));
+    return deadLetter(
+      '',
+      OutcomeReasons.INVALID_MESSAGE,
+      new InboxError(InboxErrorCodes.INVALID_MESSAGE, `the message's fields cannot be read: ${describeError(error)}`, { cause: error }),
+    );
   }
   const idProblem = checkMessageId(message.id);
   if (idProblem !== undefined) return deadLetter(displayMessageId(message.id), idProblem.reason, idProblem.error);
@@ -75,7 +79,10 @@ export async function prepareMessage<TPayload>(
 
   const problem = deliveryProblem(message);
   if (problem !== undefined) {
-    return dead(OutcomeReasons.INVALID_MESSAGE, new InboxError(InboxErrorCodes.INVALID_MESSAGE, `message ${JSON.stringify(id)}: ${problem}`, { messageIds: [id] }));
+    return dead(
+      OutcomeReasons.INVALID_MESSAGE,
+      new InboxError(InboxErrorCodes.INVALID_MESSAGE, `message ${JSON.stringify(id)}: ${problem}`, { messageIds: [id] }),
+    );
   }
 
   let fingerprint: string | null;
@@ -89,9 +96,14 @@ export async function prepareMessage<TPayload>(
   }
 
   const invalidPayload = (text: string, cause?: unknown, issues?: ValidationIssue[]) =>
-    dead(OutcomeReasons.VALIDATION_FAILED, new InboxError(InboxErrorCodes.VALIDATION_FAILED, `payload failed validation: ${text}`, {
-      cause, messageIds: [id], ...(issues === undefined ? {} : { details: { issues } }),
-    }));
+    dead(
+      OutcomeReasons.VALIDATION_FAILED,
+      new InboxError(InboxErrorCodes.VALIDATION_FAILED, `payload failed validation: ${text}`, {
+        cause,
+        messageIds: [id],
+        ...(issues === undefined ? {} : { details: { issues } }),
+      }),
+    );
   if (options.schema !== undefined) {
     let result: StandardSchemaV1.Result<TPayload>;
     try {
@@ -101,7 +113,14 @@ export async function prepareMessage<TPayload>(
     }
     if (result.issues !== undefined) {
       const issues = describeIssues(result.issues);
-      return invalidPayload(issues.slice(0, 5).map((i) => (i.path === '' ? i.message : `${i.path}: ${i.message}`)).join('; ') || 'invalid', undefined, issues);
+      return invalidPayload(
+        issues
+          .slice(0, 5)
+          .map((i) => (i.path === '' ? i.message : `${i.path}: ${i.message}`))
+          .join('; ') || 'invalid',
+        undefined,
+        issues,
+      );
     }
     return { message: { ...message, payload: result.value }, fingerprint };
   }

@@ -2,14 +2,15 @@ import { DRIVERS, type TestDatabase } from '@inboxed/test-support';
 import { beforeEach, describe, expect, it } from 'vitest';
 import { useMigratedDatabase } from './__tests__/migrated-database.js';
 import { InboxErrorCodes } from './errors.js';
-import { migrate } from './migrations/migrate.js';
 import { purgeInbox } from './retention.js';
 import { withInbox } from './with-inbox.js';
 
 describe.each(DRIVERS)('purgeInbox on %s', (driver) => {
   const database = useMigratedDatabase(driver);
   let t: TestDatabase;
-  beforeEach(() => void (t = database.t));
+  beforeEach(() => {
+    t = database.t;
+  });
 
   it('deletes only rows older than the window, in batches, for the chosen consumer', async () => {
     const tables = { schema: t.schema };
@@ -22,7 +23,10 @@ describe.each(DRIVERS)('purgeInbox on %s', (driver) => {
 
     expect(await purgeInbox(t.db, { olderThanMs: 86_400_000, consumer: 'a', batchSize: 10, tables })).toEqual({ deleted: 25 });
     const left = await t.query<{ consumer: string; message_id: string }>(`select consumer, message_id from "${t.schema}".inbox order by 1, 2`);
-    expect(left).toEqual([{ consumer: 'a', message_id: 'fresh' }, { consumer: 'b', message_id: 'old-b' }]);
+    expect(left).toEqual([
+      { consumer: 'a', message_id: 'fresh' },
+      { consumer: 'b', message_id: 'old-b' },
+    ]);
     // A purged id is new again: the retention window must outlast every redelivery.
     expect((await a({ id: 'old-3', payload: 3 })).status).toBe('processed');
   });

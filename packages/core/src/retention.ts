@@ -34,7 +34,8 @@ function qualifiedName(table: InboxTables['inbox'] | InboxTables['inboxAttempts'
  */
 export async function purgeInbox(db: AnyPgDatabase, options: PurgeOptions): Promise<{ deleted: number }> {
   const { olderThanMs, batchSize = 1000, maxBatches = Number.POSITIVE_INFINITY } = options;
-  if (!Number.isFinite(olderThanMs) || olderThanMs <= 0) throw new InboxError(InboxErrorCodes.INVALID_OPTIONS, 'olderThanMs must be a positive number of milliseconds');
+  if (!Number.isFinite(olderThanMs) || olderThanMs <= 0)
+    throw new InboxError(InboxErrorCodes.INVALID_OPTIONS, 'olderThanMs must be a positive number of milliseconds');
   if (!Number.isInteger(batchSize) || batchSize < 1) throw new InboxError(InboxErrorCodes.INVALID_OPTIONS, 'batchSize must be an integer >= 1');
   const tables = options.tables !== undefined && 'inbox' in options.tables ? options.tables : createInboxTables(options.tables);
   const inbox = sql.raw(qualifiedName(tables.inbox));

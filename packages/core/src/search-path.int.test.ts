@@ -27,7 +27,14 @@ const connect = {
   pglite: (schema: string) => {
     const client = new PGlite();
     const db = drizzlePglite(client);
-    return { db, end: () => client.close(), setup: async () => { await db.execute(sql.raw(`create schema "${schema}"`)); await db.execute(sql.raw(`set search_path to "${schema}"`)); } };
+    return {
+      db,
+      end: () => client.close(),
+      setup: async () => {
+        await db.execute(sql.raw(`create schema "${schema}"`));
+        await db.execute(sql.raw(`set search_path to "${schema}"`));
+      },
+    };
   },
 } as const;
 
@@ -39,7 +46,9 @@ describe.each(Object.keys(connect) as (keyof typeof connect)[])('a handler that 
     target = connect[driver](t.schema);
     await target.setup?.();
     await migrate(target.db); // default, unqualified names: lands in the connection's search_path
-    await target.db.execute(sql.raw(`create table if not exists "${t.schema}".effects (id bigserial primary key, message_id text not null, value jsonb, amount integer)`));
+    await target.db.execute(
+      sql.raw(`create table if not exists "${t.schema}".effects (id bigserial primary key, message_id text not null, value jsonb, amount integer)`),
+    );
   });
   afterEach(async () => {
     await target.end();
@@ -55,15 +64,28 @@ describe.each(Object.keys(connect) as (keyof typeof connect)[])('a handler that 
     const process = withInbox(tenantSwitch, { db: target.db, consumer: 'c' });
     expect(await process({ id: 'a', payload: 1 })).toMatchObject({ status: 'processed' });
     expect(await process({ id: 'a', payload: 1 })).toMatchObject({ status: 'duplicate' });
-    const rejecting = withInbox(async (message: InboxMessage, tx: any) => {
-      await tenantSwitch(message, tx);
-      return reject('no');
-    }, { db: target.db, consumer: 'r' });
+    const rejecting = withInbox(
+      async (message: InboxMessage, tx: any) => {
+        await tenantSwitch(message, tx);
+        return reject('no');
+      },
+      { db: target.db, consumer: 'r' },
+    );
     expect(await rejecting({ id: 'b', payload: 1 })).toMatchObject({ status: 'rejected', reason: 'no' });
-    const batch = withInboxBatch(async (messages: InboxMessage[], tx: any) => {
-      for (const m of messages) await tenantSwitch(m, tx);
-    }, { db: target.db, consumer: 'b' });
-    expect((await batch([{ id: 'c', payload: 1 }, { id: 'd', payload: 1 }])).map((o) => o.status)).toEqual(['processed', 'processed']);
+    const batch = withInboxBatch(
+      async (messages: InboxMessage[], tx: any) => {
+        for (const m of messages) await tenantSwitch(m, tx);
+      },
+      { db: target.db, consumer: 'b' },
+    );
+    expect(
+      (
+        await batch([
+          { id: 'c', payload: 1 },
+          { id: 'd', payload: 1 },
+        ])
+      ).map((o) => o.status),
+    ).toEqual(['processed', 'processed']);
     const rows = (await target.db.execute(sql.raw(`select consumer, message_id, status from "${t.schema}".inbox order by 1, 2`))) as any;
     expect(Array.isArray(rows) ? rows : rows.rows).toEqual([
       { consumer: 'b', message_id: 'c', status: 'processed' },

@@ -16,12 +16,15 @@ import { withInboxBatch } from './with-inbox-batch.js';
 describe.each(DRIVERS)('transaction integrity on %s', (driver) => {
   const database = useMigratedDatabase(driver, { poolSize: 4 });
   let t: TestDatabase;
-  beforeEach(() => void (t = database.t));
+  beforeEach(() => {
+    t = database.t;
+  });
 
   const inboxIds = async () => (await t.query<{ message_id: string }>(`select message_id from "${t.schema}".inbox order by 1`)).map((r) => r.message_id);
-  const attempts = () => t.query<{ message_id: string; attempts: number; last_error_code: string }>(
-    `select message_id, attempts, last_error_code from "${t.schema}".inbox_attempts order by 1`,
-  );
+  const attempts = () =>
+    t.query<{ message_id: string; attempts: number; last_error_code: string }>(
+      `select message_id, attempts, last_error_code from "${t.schema}".inbox_attempts order by 1`,
+    );
   const options = database.options;
 
   /** The everyday "insert, ignore the unique violation" pattern: PostgreSQL aborts the whole transaction anyway. */
@@ -59,11 +62,14 @@ describe.each(DRIVERS)('transaction integrity on %s', (driver) => {
   });
 
   it('a handler that sends ROLLBACK itself, then writes more, is a counted failure (TRANSACTION_ENDED); the claim is gone', async () => {
-    const process = withInbox(async (message: InboxMessage, tx: any) => {
-      await tx.insert(t.effects).values({ messageId: message.id, value: 'before' });
-      await tx.execute(sql`rollback`);
-      await tx.insert(t.effects).values({ messageId: message.id, value: 'after' }); // outside any transaction now
-    }, options({ maxAttempts: 2 }));
+    const process = withInbox(
+      async (message: InboxMessage, tx: any) => {
+        await tx.insert(t.effects).values({ messageId: message.id, value: 'before' });
+        await tx.execute(sql`rollback`);
+        await tx.insert(t.effects).values({ messageId: message.id, value: 'after' }); // outside any transaction now
+      },
+      options({ maxAttempts: 2 }),
+    );
     const first = await process({ id: 'rollback', payload: {} });
     expect(first).toMatchObject({ status: 'retry', reason: 'handler-failed', attempt: 1 });
     expect(first.error?.code).toBe(InboxErrorCodes.TRANSACTION_ENDED);
@@ -140,14 +146,20 @@ describe.each(DRIVERS)('transaction integrity on %s', (driver) => {
     const single = await createTestDatabase(driver, { poolSize: 1 });
     try {
       await migrate(single.db, { schema: single.schema });
-      const process = withInbox(async (message: InboxMessage, tx: any) => {
-        await tx.insert(single.effects).values({ messageId: message.id });
-        await new Promise((r) => setTimeout(r, 2));
-        if (Number(message.id.slice(2)) % 2 === 1) throw new Error('odd ones fail');
-      }, { db: single.db, consumer: 'c', tables: { schema: single.schema }, backoff: { baseDelayMs: 1 } });
+      const process = withInbox(
+        async (message: InboxMessage, tx: any) => {
+          await tx.insert(single.effects).values({ messageId: message.id });
+          await new Promise((r) => setTimeout(r, 2));
+          if (Number(message.id.slice(2)) % 2 === 1) throw new Error('odd ones fail');
+        },
+        { db: single.db, consumer: 'c', tables: { schema: single.schema }, backoff: { baseDelayMs: 1 } },
+      );
       const ids = Array.from({ length: 20 }, (_, i) => `m-${i}`);
       const outcomes = await Promise.all(ids.map((id) => process({ id, payload: {} })));
-      const processed = outcomes.filter((o) => o.status === 'processed').map((o) => o.messageId).sort();
+      const processed = outcomes
+        .filter((o) => o.status === 'processed')
+        .map((o) => o.messageId)
+        .sort();
       expect(processed).toEqual(ids.filter((_, i) => i % 2 === 0).sort());
       expect(outcomes.filter((o) => o.status === 'retry')).toHaveLength(10);
       for (const id of processed) expect(await single.countEffects(id)).toBe(1);

@@ -36,9 +36,7 @@ export async function runInboxTransaction<TDb extends AnyPgDatabase, T>(
   const target = nodePostgresTarget(options.db);
   await store.pinSchema(options.db);
   for (let run = 0; ; run++) {
-    const result = target !== undefined
-      ? await nodePostgresTransaction(target, options, store, plan)
-      : await drizzleTransaction(options, store, plan);
+    const result = target !== undefined ? await nodePostgresTransaction(target, options, store, plan) : await drizzleTransaction(options, store, plan);
     if (result.ok || result.failure.kind !== 'conflict' || run >= options.transactionRetries) return result;
     // Short, jittered and growing: the competing transaction usually finishes within milliseconds.
     await sleep(Math.random() * 10 * 2 ** run);

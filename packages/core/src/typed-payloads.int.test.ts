@@ -35,17 +35,22 @@ const AsyncOrderSchema: StandardSchemaV1<unknown, Order> = {
 describe.each(DRIVERS)('typed payloads (schema option) on %s', (driver) => {
   const database = useMigratedDatabase(driver);
   let t: TestDatabase;
-  beforeEach(() => void (t = database.t));
+  beforeEach(() => {
+    t = database.t;
+  });
 
   it.each([
     ['synchronous', OrderSchema],
     ['asynchronous', AsyncOrderSchema],
   ])('a %s Standard Schema validates before the claim, and the handler gets its output', async (_label, schema) => {
     const seen: Order[] = [];
-    const process = withInbox(async (message, tx: any) => {
-      seen.push(message.payload);
-      await tx.insert(t.effects).values({ messageId: message.id, amount: message.payload.amountCents });
-    }, { ...database.options(), schema });
+    const process = withInbox(
+      async (message, tx: any) => {
+        seen.push(message.payload);
+        await tx.insert(t.effects).values({ messageId: message.id, amount: message.payload.amountCents });
+      },
+      { ...database.options(), schema },
+    );
     expect(await process({ id: 'ok', payload: { id: 'o-1', amountCents: '1299' } })).toMatchObject({ status: 'processed' });
     expect(seen).toEqual([{ id: 'o-1', amountCents: 1299 }]);
     // The fingerprint is the payload as delivered: the same delivery again is a duplicate.
@@ -55,23 +60,45 @@ describe.each(DRIVERS)('typed payloads (schema option) on %s', (driver) => {
     expect(invalid).toMatchObject({ status: 'dead-letter', reason: 'validation-failed' });
     expect(invalid.error?.code).toBe(InboxErrorCodes.VALIDATION_FAILED);
     expect(invalid.error?.message).toBe('payload failed validation: id: expected a string; amountCents: expected an integer');
-    expect(invalid.error?.details.issues).toEqual([{ path: 'id', message: 'expected a string' }, { path: 'amountCents', message: 'expected an integer' }]);
+    expect(invalid.error?.details.issues).toEqual([
+      { path: 'id', message: 'expected a string' },
+      { path: 'amountCents', message: 'expected an integer' },
+    ]);
     expect(await t.query(`select message_id from "${t.schema}".inbox order by 1`)).toEqual([{ message_id: 'ok' }]);
     expect(await t.query(`select * from "${t.schema}".inbox_attempts`)).toEqual([]);
   });
 
   it('withInboxBatch validates each message; invalid ones are dead-lettered, the rest reach the handler typed', async () => {
     const handled: string[] = [];
-    const process = withInboxBatch(async (messages) => {
-      for (const m of messages) handled.push(`${m.payload.id}:${m.payload.amountCents}`);
-    }, { ...database.options(), schema: OrderSchema });
-    const outcomes = await process([{ id: 'a', payload: { id: 'a', amountCents: 1 } }, { id: 'b', payload: { id: 'b' } }, { id: 'c', payload: { id: 'c', amountCents: '3' } }]);
-    expect(outcomes.map((o) => [o.messageId, o.status])).toEqual([['a', 'processed'], ['b', 'dead-letter'], ['c', 'processed']]);
+    const process = withInboxBatch(
+      async (messages) => {
+        for (const m of messages) handled.push(`${m.payload.id}:${m.payload.amountCents}`);
+      },
+      { ...database.options(), schema: OrderSchema },
+    );
+    const outcomes = await process([
+      { id: 'a', payload: { id: 'a', amountCents: 1 } },
+      { id: 'b', payload: { id: 'b' } },
+      { id: 'c', payload: { id: 'c', amountCents: '3' } },
+    ]);
+    expect(outcomes.map((o) => [o.messageId, o.status])).toEqual([
+      ['a', 'processed'],
+      ['b', 'dead-letter'],
+      ['c', 'processed'],
+    ]);
     expect(handled).toEqual(['a:1', 'c:3']);
   });
 
   it('a validator that throws dead-letters the message as validation-failed; the processor resolves', async () => {
-    const throwing: StandardSchemaV1<unknown, Order> = { '~standard': { version: 1, vendor: 'test', validate: () => { throw new Error('validator bug'); } } };
+    const throwing: StandardSchemaV1<unknown, Order> = {
+      '~standard': {
+        version: 1,
+        vendor: 'test',
+        validate: () => {
+          throw new Error('validator bug');
+        },
+      },
+    };
     const outcome = await withInbox(async () => {}, { ...database.options(), schema: throwing })({ id: 'x', payload: {} });
     expect(outcome).toMatchObject({ status: 'dead-letter', reason: 'validation-failed' });
   });

@@ -6,11 +6,12 @@ import type { InboxError } from './errors.js';
  * `drizzle-orm/pglite`. inboxed uses only `transaction()`, `insert()`, `select()`, `update()` and
  * `delete()` on it, so your own instance (with your own schema) is passed straight through.
  */
-// eslint-disable-next-line @typescript-eslint/no-explicit-any
+// biome-ignore lint/suspicious/noExplicitAny: any driver's query-result type and any user schema must be accepted.
 export type AnyPgDatabase = PgDatabase<PgQueryResultHKT, any, any>;
 
 /** The transaction type of a Drizzle database: what `db.transaction(async (tx) => ...)` hands you. */
 // (An untyped `any` database yields an untyped transaction rather than `never`.)
+// biome-ignore lint/suspicious/noExplicitAny: mirrors an untyped database's transaction as untyped.
 export type TransactionOf<TDb extends AnyPgDatabase> = 0 extends 1 & TDb ? any : Parameters<Parameters<TDb['transaction']>[0]>[0];
 
 /** One delivery of a message, in the broker-neutral shape adapters produce. */

@@ -20,31 +20,49 @@ declare const OrderSchema: StandardSchemaV1<{ id: string; amountCents: number | 
 declare const parseOrder: (data: unknown, params?: { reportInput?: boolean }) => Order;
 
 // schema: the handler's payload is the schema's output, without annotating anything.
-withInbox(async (message) => {
-  expectTypeOf(message.payload).toEqualTypeOf<Order>();
-}, { db, consumer: 'c', schema: OrderSchema });
+withInbox(
+  async (message) => {
+    expectTypeOf(message.payload).toEqualTypeOf<Order>();
+  },
+  { db, consumer: 'c', schema: OrderSchema },
+);
 
-withInboxBatch(async (messages) => {
-  expectTypeOf(messages).toEqualTypeOf<InboxMessage<Order>[]>();
-}, { db, consumer: 'c', schema: OrderSchema });
+withInboxBatch(
+  async (messages) => {
+    expectTypeOf(messages).toEqualTypeOf<InboxMessage<Order>[]>();
+  },
+  { db, consumer: 'c', schema: OrderSchema },
+);
 
 // parse: zod's `Order.parse` (with its optional second parameter) is accepted as is.
-withInbox(async (message) => {
-  expectTypeOf(message.payload).toEqualTypeOf<Order>();
-}, { db, consumer: 'c', parse: parseOrder });
+withInbox(
+  async (message) => {
+    expectTypeOf(message.payload).toEqualTypeOf<Order>();
+  },
+  { db, consumer: 'c', parse: parseOrder },
+);
 
 // An async parse types the payload as what it resolves to.
-withInbox(async (message) => {
-  expectTypeOf(message.payload).toEqualTypeOf<Order>();
-}, { db, consumer: 'c', parse: async (value: unknown) => value as Order });
+withInbox(
+  async (message) => {
+    expectTypeOf(message.payload).toEqualTypeOf<Order>();
+  },
+  { db, consumer: 'c', parse: async (value: unknown) => value as Order },
+);
 
 // No validator: unknown, unless stated explicitly.
-withInbox(async (message) => {
-  expectTypeOf(message.payload).toEqualTypeOf<unknown>();
-}, { db, consumer: 'c' });
-withInbox<typeof db, Order>(async (message) => {
-  expectTypeOf(message.payload).toEqualTypeOf<Order>();
-}, { db, consumer: 'c' });
+withInbox(
+  async (message) => {
+    expectTypeOf(message.payload).toEqualTypeOf<unknown>();
+  },
+  { db, consumer: 'c' },
+);
+withInbox<typeof db, Order>(
+  async (message) => {
+    expectTypeOf(message.payload).toEqualTypeOf<Order>();
+  },
+  { db, consumer: 'c' },
+);
 
 // The schema decides; a handler claiming another payload type is an error on the handler.
 withInbox(
@@ -54,9 +72,12 @@ withInbox(
 );
 
 // The transaction is the user's own database's.
-withInbox(async (_message, tx) => {
-  expectTypeOf(tx.insert).toBeFunction();
-}, { db, consumer: 'c' });
+withInbox(
+  async (_message, tx) => {
+    expectTypeOf(tx.insert).toBeFunction();
+  },
+  { db, consumer: 'c' },
+);
 
 // Outcomes: narrowing on status gives what that status always has.
 declare const outcome: InboxOutcome;

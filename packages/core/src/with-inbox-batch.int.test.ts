@@ -2,14 +2,15 @@ import { DRIVERS, type TestDatabase } from '@inboxed/test-support';
 import { beforeEach, describe, expect, it, vi } from 'vitest';
 import { useMigratedDatabase } from './__tests__/migrated-database.js';
 import { PermanentError } from './errors.js';
-import { migrate } from './migrations/migrate.js';
 import { reject, type InboxMessage } from './types.js';
 import { withInboxBatch, type InboxBatchHandler } from './with-inbox-batch.js';
 
 describe.each(DRIVERS)('withInboxBatch on %s', (driver) => {
   const database = useMigratedDatabase(driver);
   let t: TestDatabase;
-  beforeEach(() => void (t = database.t));
+  beforeEach(() => {
+    t = database.t;
+  });
 
   const setBased = vi.fn<InboxBatchHandler<any>>(async (messages, tx) => {
     await tx.insert(t.effects).values(messages.map((m) => ({ messageId: m.id, value: m.payload })));
@@ -25,7 +26,11 @@ describe.each(DRIVERS)('withInboxBatch on %s', (driver) => {
   it('processes a batch in one handler call and reports outcomes in input order', async () => {
     const process = batchProcessor();
     const outcomes = await process(msgs(['c', 'a', 'b']));
-    expect(outcomes.map((o) => [o.messageId, o.status])).toEqual([['c', 'processed'], ['a', 'processed'], ['b', 'processed']]);
+    expect(outcomes.map((o) => [o.messageId, o.status])).toEqual([
+      ['c', 'processed'],
+      ['a', 'processed'],
+      ['b', 'processed'],
+    ]);
     expect(setBased).toHaveBeenCalledTimes(1);
     expect(await t.countEffects()).toBe(3);
   });
@@ -52,8 +57,16 @@ describe.each(DRIVERS)('withInboxBatch on %s', (driver) => {
 
   it('a second copy of an id inside one batch is a duplicate, or a conflict when its payload differs', async () => {
     const process = batchProcessor();
-    const outcomes = await process([{ id: 'x', payload: 1 }, { id: 'x', payload: 1 }, { id: 'x', payload: 2 }]);
-    expect(outcomes.map((o) => [o.status, o.reason])).toEqual([['processed', undefined], ['duplicate', 'duplicate-in-batch'], ['conflict', 'payload-mismatch']]);
+    const outcomes = await process([
+      { id: 'x', payload: 1 },
+      { id: 'x', payload: 1 },
+      { id: 'x', payload: 2 },
+    ]);
+    expect(outcomes.map((o) => [o.status, o.reason])).toEqual([
+      ['processed', undefined],
+      ['duplicate', 'duplicate-in-batch'],
+      ['conflict', 'payload-mismatch'],
+    ]);
     expect(await t.countEffects()).toBe(1);
   });
 
@@ -66,7 +79,8 @@ describe.each(DRIVERS)('withInboxBatch on %s', (driver) => {
     const ids = Array.from({ length: 40 }, (_, i) => `m-${i}`);
     const outcomes = await process(msgs(ids));
     expect(outcomes.map((o) => o.messageId)).toEqual(ids);
-    const byStatus = outcomes.reduce<Record<string, string[]>>((acc, o) => ({ ...acc, [o.status]: [...(acc[o.status] ?? []), o.messageId] }), {});
+    const byStatus: Record<string, string[]> = {};
+    for (const o of outcomes) byStatus[o.status] = [...(byStatus[o.status] ?? []), o.messageId];
     expect(byStatus['dead-letter']).toEqual(['m-13']);
     expect(byStatus.processed).toHaveLength(39);
     expect(outcomes[13]).toMatchObject({ reason: 'permanent-failure' });
@@ -88,8 +102,16 @@ describe.each(DRIVERS)('withInboxBatch on %s', (driver) => {
 
   it('invalid messages are dead-lettered up front and do not reach the handler', async () => {
     const process = batchProcessor();
-    const outcomes = await process([{ id: 'ok', payload: 1 }, { id: '', payload: 1 }, { id: 'x'.repeat(600), payload: 1 }] as InboxMessage[]);
-    expect(outcomes.map((o) => [o.status, o.reason ?? null])).toEqual([['processed', null], ['dead-letter', 'missing-message-id'], ['dead-letter', 'invalid-message-id']]);
+    const outcomes = await process([
+      { id: 'ok', payload: 1 },
+      { id: '', payload: 1 },
+      { id: 'x'.repeat(600), payload: 1 },
+    ] as InboxMessage[]);
+    expect(outcomes.map((o) => [o.status, o.reason ?? null])).toEqual([
+      ['processed', null],
+      ['dead-letter', 'missing-message-id'],
+      ['dead-letter', 'invalid-message-id'],
+    ]);
     expect(setBased.mock.calls[0]![0].map((m) => m.id)).toEqual(['ok']);
   });
 
@@ -99,7 +121,10 @@ describe.each(DRIVERS)('withInboxBatch on %s', (driver) => {
       return new Map([['b', reject('out-of-stock')]]);
     });
     const process = batchProcessor(handler);
-    expect((await process(msgs(['a', 'b']))).map((o) => [o.status, o.reason])).toEqual([['processed', undefined], ['rejected', 'out-of-stock']]);
+    expect((await process(msgs(['a', 'b']))).map((o) => [o.status, o.reason])).toEqual([
+      ['processed', undefined],
+      ['rejected', 'out-of-stock'],
+    ]);
     expect((await process(msgs(['b']))).map((o) => [o.status, o.reason])).toEqual([['duplicate', 'out-of-stock']]);
     expect(handler).toHaveBeenCalledTimes(1);
   });

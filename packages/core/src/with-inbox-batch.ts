@@ -6,6 +6,7 @@ import { assertHandler, resolveOptions, type InboxOptions, type ResolvedOptions 
 import { isOutcome, outcomeOfExisting, prepareMessage, type KnownRow, type PreparedMessage } from './prepare.js';
 import { rejectionReason } from './rejection.js';
 import { runInboxTransaction } from './transaction.js';
+import type { HandlerResult } from './with-inbox.js';
 import { isCounted } from './transaction-failures.js';
 import {
   isRejection,
@@ -38,7 +39,7 @@ export type InboxBatchHandler<TDb extends AnyPgDatabase, TPayload = unknown> = (
   messages: InboxMessage<TPayload>[],
   tx: TransactionOf<TDb>,
   context: BatchHandlerContext,
-) => Promise<void | BatchRejections> | void | BatchRejections;
+) => HandlerResult<BatchRejections>;
 
 interface Slot<TPayload> {
   index: number;
@@ -58,9 +59,9 @@ interface Committed {
  */
 const SPLIT_LOCK_WAIT_MS = 100;
 
-function rejectionOf(rejections: void | BatchRejections, messageId: string): Rejection | undefined {
-  if (rejections === undefined || rejections === null) return undefined;
-  const value = rejections instanceof Map ? rejections.get(messageId) : (rejections as Record<string, Rejection>)[messageId];
+function rejectionOf(rejections: unknown, messageId: string): Rejection | undefined {
+  if (rejections === undefined || rejections === null || typeof rejections !== 'object') return undefined;
+  const value: unknown = rejections instanceof Map ? rejections.get(messageId) : (rejections as Record<string, unknown>)[messageId];
   return isRejection(value) ? value : undefined;
 }
 
@@ -109,7 +110,10 @@ export function withInboxBatch<TDb extends AnyPgDatabase, TPayload = unknown>(
     // Sorted claims take index locks in one global order, so overlapping batches cannot deadlock each other.
     const sorted = [...slots].sort((a, b) => (a.prepared.message.id < b.prepared.message.id ? -1 : 1));
     const rows = sorted.map(({ prepared: { message, fingerprint } }) => ({
-      messageId: message.id, fingerprint, source: message.source, receivedAt: message.receivedAt,
+      messageId: message.id,
+      fingerprint,
+      source: message.source,
+      receivedAt: message.receivedAt,
     }));
     return runInboxTransaction(resolved, store, {
       rows,
@@ -119,7 +123,10 @@ export function withInboxBatch<TDb extends AnyPgDatabase, TPayload = unknown>(
         const fresh = slots.filter((slot) => claimed.has(slot.prepared.message.id));
         const known = slots.filter((slot) => !claimed.has(slot.prepared.message.id));
         if (known.length > 0) {
-          const existing = await store.find(tx, known.map((slot) => slot.prepared.message.id));
+          const existing = await store.find(
+            tx,
+            known.map((slot) => slot.prepared.message.id),
+          );
           for (const { index, prepared } of known) {
             const row = existing.get(prepared.message.id);
             if (row === undefined) throw new InboxStatementError('find', new Error(`inbox row of ${prepared.message.id} vanished between claim and read`));
@@ -128,8 +135,15 @@ export function withInboxBatch<TDb extends AnyPgDatabase, TPayload = unknown>(
           }
         }
         if (fresh.length > 0) {
-          const rejections = await handler(fresh.map((slot) => slot.prepared.message), tx, { consumer });
-          for (const { index, prepared: { message, fingerprint } } of fresh) {
+          const rejections = await handler(
+            fresh.map((slot) => slot.prepared.message),
+            tx,
+            { consumer },
+          );
+          for (const {
+            index,
+            prepared: { message, fingerprint },
+          } of fresh) {
             const rejection = rejectionOf(rejections, message.id);
             const attempt = message.attempt ?? 1;
             if (rejection === undefined) {

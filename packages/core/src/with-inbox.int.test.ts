@@ -2,7 +2,6 @@ import { DRIVERS, type TestDatabase } from '@inboxed/test-support';
 import { beforeEach, describe, expect, it, vi } from 'vitest';
 import { useMigratedDatabase } from './__tests__/migrated-database.js';
 import { InboxErrorCodes, PermanentError } from './errors.js';
-import { migrate } from './migrations/migrate.js';
 import { reject, type InboxMessage } from './types.js';
 import { withInbox } from './with-inbox.js';
 
@@ -11,26 +10,36 @@ import { withInbox } from './with-inbox.js';
 describe.each(DRIVERS)('withInbox on %s', (driver) => {
   const database = useMigratedDatabase(driver, { poolSize: 20 });
   let t: TestDatabase;
-  beforeEach(() => void (t = database.t));
+  beforeEach(() => {
+    t = database.t;
+  });
 
-  const inboxRows = () => t.query<{ message_id: string; status: string; reason: string | null }>(`select message_id, status, reason from "${t.schema}".inbox order by message_id`);
-  const attemptRows = () => t.query<{ message_id: string; attempts: number; last_error: string }>(`select message_id, attempts, last_error from "${t.schema}".inbox_attempts`);
+  const inboxRows = () =>
+    t.query<{ message_id: string; status: string; reason: string | null }>(`select message_id, status, reason from "${t.schema}".inbox order by message_id`);
+  const attemptRows = () =>
+    t.query<{ message_id: string; attempts: number; last_error: string }>(`select message_id, attempts, last_error from "${t.schema}".inbox_attempts`);
 
   type Handler = (message: InboxMessage, tx: any) => Promise<unknown>;
-  function processor(handler: Handler = vi.fn(async (message: InboxMessage, tx: any) => {
-    await tx.insert(t.effects).values({ messageId: message.id, value: message.payload });
-  }), extra: Record<string, unknown> = {}) {
+  function processor(
+    handler: Handler = vi.fn(async (message: InboxMessage, tx: any) => {
+      await tx.insert(t.effects).values({ messageId: message.id, value: message.payload });
+    }),
+    extra: Record<string, unknown> = {},
+  ) {
     const process = withInbox(handler as never, { db: t.db, consumer: 'test-consumer', tables: { schema: t.schema }, backoff: { baseDelayMs: 10 }, ...extra });
     return { process, handler };
   }
 
   it('50 concurrent copies of one message: exactly one effect, 49 duplicates', async () => {
-    const { process, handler } = processor(vi.fn(async (message: InboxMessage, tx: any) => {
-      await tx.insert(t.effects).values({ messageId: message.id });
-      await new Promise((r) => setTimeout(r, 20)); // widen the race window
-    }));
+    const { process, handler } = processor(
+      vi.fn(async (message: InboxMessage, tx: any) => {
+        await tx.insert(t.effects).values({ messageId: message.id });
+        await new Promise((r) => setTimeout(r, 20)); // widen the race window
+      }),
+    );
     const outcomes = await Promise.all(Array.from({ length: 50 }, () => process({ id: 'order-1', payload: { amount: 10 } })));
-    const counts = outcomes.reduce<Record<string, number>>((acc, o) => ({ ...acc, [o.status]: (acc[o.status] ?? 0) + 1 }), {});
+    const counts: Record<string, number> = {};
+    for (const o of outcomes) counts[o.status] = (counts[o.status] ?? 0) + 1;
     expect(counts).toEqual({ processed: 1, duplicate: 49 });
     expect(await t.countEffects('order-1')).toBe(1);
     expect(handler).toHaveBeenCalledTimes(1);
@@ -39,10 +48,12 @@ describe.each(DRIVERS)('withInbox on %s', (driver) => {
 
   it('a handler that throws after its domain write persists nothing; a later attempt succeeds', async () => {
     let calls = 0;
-    const { process } = processor(vi.fn(async (message: InboxMessage, tx: any) => {
-      await tx.insert(t.effects).values({ messageId: message.id });
-      if (++calls === 1) throw new Error('downstream hiccup');
-    }));
+    const { process } = processor(
+      vi.fn(async (message: InboxMessage, tx: any) => {
+        await tx.insert(t.effects).values({ messageId: message.id });
+        if (++calls === 1) throw new Error('downstream hiccup');
+      }),
+    );
     const first = await process({ id: 'm-1', payload: { a: 1 } });
     expect(first).toMatchObject({ status: 'retry', reason: 'handler-failed', attempt: 1 });
     expect(first.error?.code).toBe(InboxErrorCodes.HANDLER_FAILED);
@@ -161,10 +172,13 @@ describe.each(DRIVERS)('withInbox on %s', (driver) => {
 
   it('attempts are the durable count of handler failures: a broker count inflated by outage redeliveries does not dead-letter', async () => {
     let fail = true;
-    const { process } = processor(vi.fn(async (message: InboxMessage, tx: any) => {
-      if (fail) throw new Error('broken');
-      await tx.insert(t.effects).values({ messageId: message.id });
-    }), { maxAttempts: 3 });
+    const { process } = processor(
+      vi.fn(async (message: InboxMessage, tx: any) => {
+        if (fail) throw new Error('broken');
+        await tx.insert(t.effects).values({ messageId: message.id });
+      }),
+      { maxAttempts: 3 },
+    );
     // SQS says this is the 7th receive (six of them redeliveries during a database outage).
     expect(await process({ id: 'm-8', payload: {}, attempt: 7 })).toMatchObject({ status: 'retry', reason: 'handler-failed', attempt: 1 });
     fail = false;
@@ -175,9 +189,12 @@ describe.each(DRIVERS)('withInbox on %s', (driver) => {
   it("the broker's count is the fallback only when the attempt cannot be recorded for another reason than an outage", async () => {
     // Every new attempts row now violates a constraint: the ledger cannot be written, the database is up.
     await t.query(`alter table "${t.schema}".inbox_attempts add constraint no_writes check (attempts < 0) not valid`);
-    const { process } = processor(vi.fn(async () => {
-      throw new Error('broken');
-    }), { maxAttempts: 3 });
+    const { process } = processor(
+      vi.fn(async () => {
+        throw new Error('broken');
+      }),
+      { maxAttempts: 3 },
+    );
     const early = await process({ id: 'm-8b', payload: {}, attempt: 1 });
     expect(early).toMatchObject({ status: 'retry', reason: 'handler-failed', attempt: 1 });
     expect(early.error?.message).toMatch(/could not be recorded/);
@@ -185,12 +202,14 @@ describe.each(DRIVERS)('withInbox on %s', (driver) => {
   });
 
   it('a PermanentError or a validation error dead-letters at once', async () => {
-    const { process } = processor(vi.fn(async (message: InboxMessage) => {
-      if (message.id === 'perm') throw new PermanentError('card declined forever');
-      const error = new Error('bad shape');
-      error.name = 'ZodError';
-      throw error;
-    }));
+    const { process } = processor(
+      vi.fn(async (message: InboxMessage) => {
+        if (message.id === 'perm') throw new PermanentError('card declined forever');
+        const error = new Error('bad shape');
+        error.name = 'ZodError';
+        throw error;
+      }),
+    );
     const permanent = await process({ id: 'perm', payload: {} });
     expect(permanent).toMatchObject({ status: 'dead-letter', reason: 'permanent-failure', attempt: 1 });
     expect(permanent.error?.code).toBe(InboxErrorCodes.PERMANENT_FAILURE);
@@ -212,10 +231,12 @@ describe.each(DRIVERS)('withInbox on %s', (driver) => {
 
   it('serialization failures and deadlocks are retried transparently', async () => {
     let calls = 0;
-    const { process } = processor(vi.fn(async (message: InboxMessage, tx: any) => {
-      await tx.insert(t.effects).values({ messageId: message.id });
-      if (++calls < 3) throw Object.assign(new Error('could not serialize access'), { code: calls === 1 ? '40001' : '40P01' });
-    }));
+    const { process } = processor(
+      vi.fn(async (message: InboxMessage, tx: any) => {
+        await tx.insert(t.effects).values({ messageId: message.id });
+        if (++calls < 3) throw Object.assign(new Error('could not serialize access'), { code: calls === 1 ? '40001' : '40P01' });
+      }),
+    );
     expect(await process({ id: 'm-10', payload: {} })).toMatchObject({ status: 'processed' });
     expect(calls).toBe(3);
     expect(await t.countEffects()).toBe(1);

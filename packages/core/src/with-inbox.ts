@@ -17,6 +17,12 @@ import {
 } from './types.js';
 
 /**
+ * What a handler returns: nothing, or a value the inbox records.
+ */
+// biome-ignore lint/suspicious/noConfusingVoidType: handlers return nothing; `undefined` here would refuse `async () => {}`.
+export type HandlerResult<T> = Promise<void | T> | void | T;
+
+/**
  * Your message handler. Make every database change through `tx`, the Drizzle transaction of your
  * own `db`: it commits together with the inbox row, or not at all. Return nothing for success or
  * `reject(reason)` for a stable business rejection; throw to fail (retried unless permanent).
@@ -25,7 +31,7 @@ export type InboxHandler<TDb extends AnyPgDatabase, TPayload = unknown> = (
   message: InboxMessage<TPayload>,
   tx: TransactionOf<TDb>,
   context: HandlerContext,
-) => Promise<void | Rejection> | void | Rejection;
+) => HandlerResult<Rejection>;
 
 /**
  * Wraps a handler so that, for one consumer and one message id, its database effect commits at

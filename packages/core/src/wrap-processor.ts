@@ -32,7 +32,11 @@ export function wrapProcessor(
   const checkTables = () => processor.checkTables();
   if (processor.kind === 'batch') {
     const around = middleware as BatchProcessorMiddleware;
-    return Object.assign((messages: readonly InboxMessage[]) => around(messages, processor), { kind: 'batch' as const, consumer: processor.consumer, checkTables });
+    return Object.assign((messages: readonly InboxMessage[]) => around(messages, processor), {
+      kind: 'batch' as const,
+      consumer: processor.consumer,
+      checkTables,
+    });
   }
   const around = middleware as ProcessorMiddleware;
   return Object.assign((message: InboxMessage) => around(message, processor), { kind: 'single' as const, consumer: processor.consumer, checkTables });

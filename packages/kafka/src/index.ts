@@ -17,7 +17,16 @@ export {
 export type { KafkaProcessingOptions } from './kafka-runtime.js';
 export { KafkaErrorCodes, type KafkaErrorCode } from './kafka-errors.js';
 export { KafkaDeadLetterHeaders, deadLetterTopicFor, type DeadLetterTopicOption } from './kafka-dead-letter.js';
-export { toInboxMessage, messageIdOf, recordIdentity, headerString, type MessageIdExtractor, type MessageMappingOptions, type MappedRecord, type RecordPosition } from './kafka-message.js';
+export {
+  toInboxMessage,
+  messageIdOf,
+  recordIdentity,
+  headerString,
+  type MessageIdExtractor,
+  type MessageMappingOptions,
+  type MappedRecord,
+  type RecordPosition,
+} from './kafka-message.js';
 export type {
   KafkaLike,
   KafkaConsumerLike,

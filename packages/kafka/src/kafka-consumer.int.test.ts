@@ -42,7 +42,11 @@ describe('createKafkaConsumer against a Kafka-protocol broker', () => {
     await createTopic(kafka, topic, 1);
     const recorder = createOutcomeRecorder();
     const processor = recorder.wrap(withInbox(insertEffect, { db: t.db, consumer: 'billing', tables: { schema: t.schema } }));
-    await produce(kafka, topic, [1, 2, 3].map(() => ({ id: 'pay-1', value: { amount: 10 } })));
+    await produce(
+      kafka,
+      topic,
+      [1, 2, 3].map(() => ({ id: 'pay-1', value: { amount: 10 } })),
+    );
     await start(processor);
 
     const outcomes = await recorder.waitForCount(3);
@@ -55,9 +59,12 @@ describe('createKafkaConsumer against a Kafka-protocol broker', () => {
     await createTopic(kafka, topic, 2);
     const recorder = createOutcomeRecorder();
     const processor = recorder.wrap(
-      withInboxBatch(async (messages: InboxMessage[], tx: any) => {
-        await tx.insert(t.effects).values(messages.map((m) => ({ messageId: m.id, value: m.payload })));
-      }, { db: t.db, consumer: 'billing', tables: { schema: t.schema } }),
+      withInboxBatch(
+        async (messages: InboxMessage[], tx: any) => {
+          await tx.insert(t.effects).values(messages.map((m) => ({ messageId: m.id, value: m.payload })));
+        },
+        { db: t.db, consumer: 'billing', tables: { schema: t.schema } },
+      ),
     );
     const records = Array.from({ length: 60 }, (_, i) => ({ id: `pay-${i % 40}`, value: { n: i % 40 }, partition: i % 2 }));
     await produce(kafka, topic, records);
@@ -90,7 +97,10 @@ describe('createKafkaConsumer against a Kafka-protocol broker', () => {
     const recorder = createOutcomeRecorder();
     const processor = recorder.wrap(withInbox(insertEffect, { db: t.db, consumer: 'billing', tables: { schema: t.schema } }));
     const deadLetters: string[] = [];
-    await produce(kafka, topic, [{ id: 'bad-1', value: '{not json' }, { id: 'good-1', value: { ok: true } }]);
+    await produce(kafka, topic, [
+      { id: 'bad-1', value: '{not json' },
+      { id: 'good-1', value: { ok: true } },
+    ]);
     const consumer = await start(processor);
     consumer.on('dead_letter', (outcome, destination) => deadLetters.push(`${outcome.messageId}->${destination}`));
 
@@ -116,7 +126,11 @@ describe('createKafkaConsumer against a Kafka-protocol broker', () => {
   describe('stop()', () => {
     async function stallingConsumer(stopTimeoutMs: number) {
       await createTopic(kafka, topic, 1);
-      await produce(kafka, topic, Array.from({ length: 5 }, (_, i) => ({ id: `pay-${i}`, value: { n: i } })));
+      await produce(
+        kafka,
+        topic,
+        Array.from({ length: 5 }, (_, i) => ({ id: `pay-${i}`, value: { n: i } })),
+      );
       let release: () => void = () => {};
       const released = new Promise<void>((resolve) => (release = resolve));
       let entered: () => void = () => {};
@@ -167,9 +181,12 @@ describe('createKafkaConsumer against a Kafka-protocol broker', () => {
     await createTopic(kafka, topic, 1);
     const recorder = createOutcomeRecorder();
     const processor = recorder.wrap(
-      withInboxBatch(async (messages: InboxMessage[], tx: any) => {
-        await tx.insert(t.effects).values(messages.map((m) => ({ messageId: m.id })));
-      }, { db: t.db, consumer: 'billing', tables: { schema: t.schema } }),
+      withInboxBatch(
+        async (messages: InboxMessage[], tx: any) => {
+          await tx.insert(t.effects).values(messages.map((m) => ({ messageId: m.id })));
+        },
+        { db: t.db, consumer: 'billing', tables: { schema: t.schema } },
+      ),
     );
     await produce(kafka, topic, [
       { id: 'pay-1', value: { n: 1 } },
@@ -212,7 +229,10 @@ describe('createKafkaConsumer: misconfiguration is loud', () => {
       await createTopic(kafka, topic, 1);
       await produce(kafka, topic, [{ id: 'm-1', value: {} }]);
       const consumer = createKafkaConsumer({
-        kafka, groupId, topics: [topic], ...brokerOptions(),
+        kafka,
+        groupId,
+        topics: [topic],
+        ...brokerOptions(),
         handler: withInbox(async () => {}, { db: t.db, consumer: 'billing', tables: { schema: t.schema } }),
       });
       await expect(consumer.start()).rejects.toMatchObject({ code: InboxErrorCodes.INBOX_TABLE_MISSING });
@@ -229,7 +249,10 @@ describe('createKafkaConsumer: misconfiguration is loud', () => {
     const topic = uniqueName('db-down');
     await createTopic(kafka, topic, 1);
     const consumer = createKafkaConsumer({
-      kafka, groupId: uniqueName('group'), topics: [topic], ...brokerOptions(),
+      kafka,
+      groupId: uniqueName('group'),
+      topics: [topic],
+      ...brokerOptions(),
       handler: withInbox(async () => {}, { db: drizzle(pool), consumer: 'billing' }),
     });
     const errors: InboxError[] = [];

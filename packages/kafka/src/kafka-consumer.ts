@@ -76,7 +76,21 @@ const asList = <T>(value: T | T[]): T[] => (Array.isArray(value) ? value : [valu
  * await consumer.start();
  */
 export function createKafkaConsumer(options: KafkaConsumerOptions): KafkaInboxConsumer {
-  const { kafka, groupId, topics, handler, mode, fromBeginning, partitionsConsumedConcurrently, consumerConfig, idempotentDeadLetters, producerConfig, producer: ownProducer, restartOnCrash, ...processing } = options;
+  const {
+    kafka,
+    groupId,
+    topics,
+    handler,
+    mode,
+    fromBeginning,
+    partitionsConsumedConcurrently,
+    consumerConfig,
+    idempotentDeadLetters,
+    producerConfig,
+    producer: ownProducer,
+    restartOnCrash,
+    ...processing
+  } = options;
   if (typeof groupId !== 'string' || groupId === '') throw new InboxError(InboxErrorCodes.INVALID_OPTIONS, 'options.groupId must be a non-empty string');
   if (typeof handler !== 'function' || (handler.kind !== 'single' && handler.kind !== 'batch')) {
     throw new InboxError(InboxErrorCodes.INVALID_OPTIONS, 'options.handler must be a processor from withInbox() or withInboxBatch()');
@@ -93,12 +107,18 @@ export function createKafkaConsumer(options: KafkaConsumerOptions): KafkaInboxCo
   let restartTimer: NodeJS.Timeout | undefined;
 
   const disconnectConsumer = async (target: KafkaConsumerLike | undefined) => {
-    await target?.disconnect().catch((error: unknown) => events.emit('error', kafkaError(KafkaErrorCodes.KAFKA_CONNECTION_FAILED, 'disconnecting the consumer failed', error)));
+    await target
+      ?.disconnect()
+      .catch((error: unknown) => events.emit('error', kafkaError(KafkaErrorCodes.KAFKA_CONNECTION_FAILED, 'disconnecting the consumer failed', error)));
   };
   const disconnect = async () => {
     await disconnectConsumer(consumer);
     if (ownProducer === undefined) {
-      await producer?.disconnect().catch((error: unknown) => events.emit('error', kafkaError(KafkaErrorCodes.KAFKA_CONNECTION_FAILED, 'disconnecting the dead-letter producer failed', error)));
+      await producer
+        ?.disconnect()
+        .catch((error: unknown) =>
+          events.emit('error', kafkaError(KafkaErrorCodes.KAFKA_CONNECTION_FAILED, 'disconnecting the dead-letter producer failed', error)),
+        );
     }
   };
 
@@ -106,7 +126,10 @@ export function createKafkaConsumer(options: KafkaConsumerOptions): KafkaInboxCo
   const launch = async () => {
     const current = kafka.consumer({ ...consumerConfig, groupId });
     consumer = current;
-    const run = new KafkaRuntime({ processor: handler, consumer: current, producer: producer!, events, groupId, onFatalCrash: () => scheduleRestart(run) }, processing);
+    const run = new KafkaRuntime(
+      { processor: handler, consumer: current, producer: producer!, events, groupId, onFatalCrash: () => scheduleRestart(run) },
+      processing,
+    );
     runtime = run;
     try {
       await current.connect();
@@ -120,7 +143,9 @@ export function createKafkaConsumer(options: KafkaConsumerOptions): KafkaInboxCo
     } catch (error) {
       run.close();
       await disconnectConsumer(current);
-      throw kafkaError(KafkaErrorCodes.KAFKA_CONNECTION_FAILED, `starting the Kafka consumer for group ${groupId} failed`, error, { details: { groupId, topics: topicList.map(String) } });
+      throw kafkaError(KafkaErrorCodes.KAFKA_CONNECTION_FAILED, `starting the Kafka consumer for group ${groupId} failed`, error, {
+        details: { groupId, topics: topicList.map(String) },
+      });
     }
   };
 
@@ -135,7 +160,9 @@ export function createKafkaConsumer(options: KafkaConsumerOptions): KafkaInboxCo
       if (state === 'stopped') return;
       events.emit('reconnect', { attempt: restarts, delayMs });
       launch().then(
-        () => void (restarts = 0),
+        () => {
+          restarts = 0;
+        },
         (error: unknown) => {
           events.emit('error', error as InboxError);
           scheduleRestart(runtime!);

@@ -38,7 +38,8 @@ describe('crashes and rebalances', () => {
     ...extra,
   });
 
-  const duplicatedEffects = () => t.query<{ message_id: string; n: number }>(`select message_id, count(*)::int as n from "${t.schema}".effects group by message_id having count(*) > 1`);
+  const duplicatedEffects = () =>
+    t.query<{ message_id: string; n: number }>(`select message_id, count(*)::int as n from "${t.schema}".effects group by message_id having count(*) > 1`);
 
   it('SIGKILL after the database commit and before the offset commit: the member taking over sees a duplicate, one effect', async () => {
     await createTopic(kafka, topic, 1);
@@ -53,7 +54,11 @@ describe('crashes and rebalances', () => {
 
     const recorder = createOutcomeRecorder();
     const processor = recorder.wrap(
-      withInbox(async (message: InboxMessage, tx: any) => void (await tx.insert(t.effects).values({ messageId: message.id })), { db: t.db, consumer: 'billing', tables: { schema: t.schema } }),
+      withInbox(async (message: InboxMessage, tx: any) => void (await tx.insert(t.effects).values({ messageId: message.id })), {
+        db: t.db,
+        consumer: 'billing',
+        tables: { schema: t.schema },
+      }),
     );
     const survivor = createKafkaConsumer({ kafka, groupId, topics: [topic], handler: processor, ...brokerOptions() });
     running.push(survivor);
@@ -67,7 +72,11 @@ describe('crashes and rebalances', () => {
   it('two members of one group, one SIGKILLed mid-stream: every record has exactly one effect', async () => {
     const total = 240;
     await createTopic(kafka, topic, 4);
-    await produce(kafka, topic, Array.from({ length: total }, (_, i) => ({ id: `pay-${i}`, value: { n: i }, partition: i % 4 })));
+    await produce(
+      kafka,
+      topic,
+      Array.from({ length: total }, (_, i) => ({ id: `pay-${i}`, value: { n: i }, partition: i % 4 })),
+    );
     const first = spawnChildConsumer(childEnv({ DELAY_MS: '15' }));
     const second = spawnChildConsumer(childEnv({ DELAY_MS: '15' }));
     children.push(first, second);
@@ -77,7 +86,11 @@ describe('crashes and rebalances', () => {
     first.kill('SIGKILL');
     expect(await first.exited).toMatchObject({ signal: 'SIGKILL' });
 
-    await waitFor('every record applied', async () => (await t.query<{ n: number }>(`select count(distinct message_id)::int as n from "${t.schema}".effects`))[0]!.n === total, 60_000);
+    await waitFor(
+      'every record applied',
+      async () => (await t.query<{ n: number }>(`select count(distinct message_id)::int as n from "${t.schema}".effects`))[0]!.n === total,
+      60_000,
+    );
     expect(await duplicatedEffects()).toEqual([]);
     expect(await t.countEffects()).toBe(total);
     await waitFor(
@@ -92,7 +105,11 @@ describe('crashes and rebalances', () => {
 
   it('work finishing after its partition was revoked does not commit over the new owner', async () => {
     await createTopic(kafka, topic, 1);
-    await produce(kafka, topic, Array.from({ length: 6 }, (_, i) => ({ id: `pay-${i}`, value: { n: i } })));
+    await produce(
+      kafka,
+      topic,
+      Array.from({ length: 6 }, (_, i) => ({ id: `pay-${i}`, value: { n: i } })),
+    );
     const handler = async (message: InboxMessage, tx: any) => void (await tx.insert(t.effects).values({ messageId: message.id }));
     const options = { db: t.db, consumer: 'billing', tables: { schema: t.schema } };
 
@@ -104,7 +121,11 @@ describe('crashes and rebalances', () => {
     const isStalled = new Promise<void>((resolve) => (stalled = resolve));
     const staleErrors: string[] = [];
     const stale = createKafkaConsumer({
-      kafka, groupId, topics: [topic], handler: withInbox(handler, options), ...brokerOptions(),
+      kafka,
+      groupId,
+      topics: [topic],
+      handler: withInbox(handler, options),
+      ...brokerOptions(),
       beforeCommit: async ({ offset }) => {
         if (offset !== '0') return;
         stalled();
@@ -139,7 +160,11 @@ describe('crashes and rebalances', () => {
 
   it('a member that keeps heartbeating through other partitions never commits a revoked partition over its new owner', async () => {
     await createTopic(kafka, topic, 2);
-    await produce(kafka, topic, Array.from({ length: 20 }, (_, i) => ({ id: `pay-${i}`, value: { n: i }, partition: i % 2 })));
+    await produce(
+      kafka,
+      topic,
+      Array.from({ length: 20 }, (_, i) => ({ id: `pay-${i}`, value: { n: i }, partition: i % 2 })),
+    );
     const handler = async (message: InboxMessage, tx: any) => void (await tx.insert(t.effects).values({ messageId: message.id }));
     const options = { db: t.db, consumer: 'billing', tables: { schema: t.schema } };
 
@@ -151,7 +176,12 @@ describe('crashes and rebalances', () => {
     const isStalled = new Promise<void>((resolve) => (stalled = resolve));
     const firstErrors: string[] = [];
     const first = createKafkaConsumer({
-      kafka, groupId, topics: [topic], handler: withInbox(handler, options), ...brokerOptions(), partitionsConsumedConcurrently: 2,
+      kafka,
+      groupId,
+      topics: [topic],
+      handler: withInbox(handler, options),
+      ...brokerOptions(),
+      partitionsConsumedConcurrently: 2,
       beforeCommit: async ({ partition, offset }) => {
         if (partition !== 0 || offset !== '0') return;
         stalled();

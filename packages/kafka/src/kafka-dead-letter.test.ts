@@ -20,7 +20,13 @@ describe('dead-letter records', () => {
       error: new InboxError('PAYLOAD_MISMATCH', 'payload differs'),
     };
     const record = deadLetterRecord(
-      { key: Buffer.from('k'), value: Buffer.from('{"a":2}'), offset: '7', timestamp: '1700000000000', headers: { trace: Buffer.from('t-1'), 'x-inboxed-reason': 'stale' } },
+      {
+        key: Buffer.from('k'),
+        value: Buffer.from('{"a":2}'),
+        offset: '7',
+        timestamp: '1700000000000',
+        headers: { trace: Buffer.from('t-1'), 'x-inboxed-reason': 'stale' },
+      },
       { topic: 'payments', partition: 2, groupId: 'billing-group' },
       outcome,
       now,

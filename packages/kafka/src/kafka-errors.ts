@@ -21,7 +21,12 @@ export const KafkaErrorCodes = {
 export type KafkaErrorCode = (typeof KafkaErrorCodes)[keyof typeof KafkaErrorCodes];
 
 /** The one place broker errors become {@link InboxError}s: keeps kafkajs' error type and retriability in `details`. */
-export function kafkaError(code: KafkaErrorCode, what: string, cause: unknown, context: { messageIds?: string[]; details?: Record<string, unknown> } = {}): InboxError {
+export function kafkaError(
+  code: KafkaErrorCode,
+  what: string,
+  cause: unknown,
+  context: { messageIds?: string[]; details?: Record<string, unknown> } = {},
+): InboxError {
   if (isInboxError(cause) && cause.code === code) return cause;
   const broker = cause as { name?: string; type?: string; retriable?: boolean } | undefined;
   return new InboxError(code, `${what}: ${describeError(cause)}`, {

@@ -82,7 +82,11 @@ describe('retries and dead-letters', () => {
   it('batch processor: a failing record stops the offset and holds later chunks of its partition until it succeeds', async () => {
     await createTopic(kafka, topic, 1);
     const ids = Array.from({ length: 10 }, (_, i) => `r-${i}`);
-    await produce(kafka, topic, ids.map((id) => ({ id, value: { id } })));
+    await produce(
+      kafka,
+      topic,
+      ids.map((id) => ({ id, value: { id } })),
+    );
     let failures = 0;
     const recorder = createOutcomeRecorder();
     const processor = recorder.wrap(

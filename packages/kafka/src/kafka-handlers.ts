@@ -35,7 +35,10 @@ function controls(runtime: KafkaRuntime): KafkaHandlerControls {
 
 function runtimeFor(processor: AnyInboxProcessor, options: KafkaHandlerOptions): KafkaRuntime {
   const { consumer, producer, groupId, events, ...processing } = options;
-  return new KafkaRuntime({ processor, consumer, producer, events: events ?? new ConsumerEventEmitter(), ...(groupId !== undefined ? { groupId } : {}) }, processing);
+  return new KafkaRuntime(
+    { processor, consumer, producer, events: events ?? new ConsumerEventEmitter(), ...(groupId !== undefined ? { groupId } : {}) },
+    processing,
+  );
 }
 
 /**

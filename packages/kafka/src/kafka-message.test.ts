@@ -4,7 +4,14 @@ import type { KafkaRecord } from './kafka-types.js';
 
 const defaults: MessageMappingOptions = { messageIdHeader: 'message-id', extractMessageId: undefined, messageIdFallback: 'record', payload: 'json' };
 const position = { topic: 'payments', partition: 3 };
-const record = (over: Partial<KafkaRecord> = {}): KafkaRecord => ({ key: null, value: Buffer.from('{"amount":5}'), offset: '42', timestamp: '1700000000000', headers: {}, ...over });
+const record = (over: Partial<KafkaRecord> = {}): KafkaRecord => ({
+  key: null,
+  value: Buffer.from('{"amount":5}'),
+  offset: '42',
+  timestamp: '1700000000000',
+  headers: {},
+  ...over,
+});
 
 describe('message ids', () => {
   it('reads the message-id header (Buffer, string, or the first of repeated headers)', () => {
@@ -29,7 +36,10 @@ describe('message ids', () => {
 describe('toInboxMessage', () => {
   it('decodes JSON values and string headers, and names the source partition', () => {
     const mapped = toInboxMessage(record({ headers: { 'message-id': Buffer.from('pay-1'), trace: Buffer.from('t-1') } }), position, defaults);
-    expect(mapped).toMatchObject({ ok: true, message: { id: 'pay-1', payload: { amount: 5 }, headers: { 'message-id': 'pay-1', trace: 't-1' }, source: 'kafka:payments/3' } });
+    expect(mapped).toMatchObject({
+      ok: true,
+      message: { id: 'pay-1', payload: { amount: 5 }, headers: { 'message-id': 'pay-1', trace: 't-1' }, source: 'kafka:payments/3' },
+    });
   });
 
   it('reports unparseable JSON as UNPARSEABLE_BODY with the id it would have had', () => {

@@ -28,9 +28,7 @@ export interface MessageMappingOptions {
 }
 
 /** A record mapped to an inbox message, or the reason it could not be decoded. */
-export type MappedRecord =
-  | { ok: true; message: InboxMessage }
-  | { ok: false; messageId: string; error: InboxError };
+export type MappedRecord = { ok: true; message: InboxMessage } | { ok: false; messageId: string; error: InboxError };
 
 /** A header value as a string (kafkajs hands Buffers; repeated headers arrive as arrays: the first wins). */
 export function headerString(value: KafkaHeaders[string]): string | undefined {
@@ -70,7 +68,10 @@ export function messageIdOf(record: KafkaRecord, position: RecordPosition, optio
 export function toInboxMessage(record: KafkaRecord, position: RecordPosition, options: MessageMappingOptions): MappedRecord {
   const id = messageIdOf(record, position, options);
   const headers = decodeHeaders(record.headers);
-  const decoded = record.value === null && options.payload === 'json' ? { ok: true as const, payload: null } : decodePayload(record.value, options.payload, headers['content-type']);
+  const decoded =
+    record.value === null && options.payload === 'json'
+      ? { ok: true as const, payload: null }
+      : decodePayload(record.value, options.payload, headers['content-type']);
   if (!decoded.ok) return { ok: false, messageId: id ?? recordIdentity(position, record.offset), error: decoded.error };
   return {
     ok: true,

@@ -2,7 +2,7 @@ import {
   actionFor,
   adapterDeadLetter,
   backoffDelay,
-  ConsumerEventEmitter,
+  type ConsumerEventEmitter,
   InFlight,
   InboxError,
   InboxErrorCodes,
@@ -155,9 +155,13 @@ export class KafkaRuntime {
     if (left > 0) {
       this.deps.events.emit(
         'error',
-        new InboxError(KafkaErrorCodes.KAFKA_STOP_TIMEOUT, `stop(): ${left} in-flight batch(es) still running after ${this.stopTimeoutMs} ms; abandoned without committing their offsets`, {
-          details: { inFlight: left },
-        }),
+        new InboxError(
+          KafkaErrorCodes.KAFKA_STOP_TIMEOUT,
+          `stop(): ${left} in-flight batch(es) still running after ${this.stopTimeoutMs} ms; abandoned without committing their offsets`,
+          {
+            details: { inFlight: left },
+          },
+        ),
       );
     }
     return left;
@@ -263,7 +267,11 @@ export class KafkaRuntime {
     const dlqIndexes = [];
     for (let i = 0; i < prefix; i++) if (actionFor(outcomes[i]!.status) === 'dead-letter') dlqIndexes.push(i);
     if (dlqIndexes.length > 0) {
-      const failed = await this.produceDeadLetters(topic, partition, dlqIndexes.map((i) => ({ record: slots[i]!.record, outcome: outcomes[i]! })));
+      const failed = await this.produceDeadLetters(
+        topic,
+        partition,
+        dlqIndexes.map((i) => ({ record: slots[i]!.record, outcome: outcomes[i]! })),
+      );
       if (failed) prefix = dlqIndexes[0]!;
     }
 
@@ -293,7 +301,11 @@ export class KafkaRuntime {
    * dead-lettered by the adapter itself. With a per-message processor, processing stops at the
    * first `retry`: later records of the partition must not take effect before it.
    */
-  private async outcomesOf(slots: Slot[], batch: { heartbeat(): Promise<void> } | undefined, interrupted: { error?: unknown }): Promise<(InboxOutcome | undefined)[]> {
+  private async outcomesOf(
+    slots: Slot[],
+    batch: { heartbeat(): Promise<void> } | undefined,
+    interrupted: { error?: unknown },
+  ): Promise<(InboxOutcome | undefined)[]> {
     const { processor } = this.deps;
     const outcomes: (InboxOutcome | undefined)[] = new Array(slots.length).fill(undefined);
     const undecodable = (slot: Slot & { mapped: { ok: false } }) =>
@@ -311,7 +323,7 @@ export class KafkaRuntime {
       });
       if (messages.length > 0) {
         const results = await this.guard(() => processor(messages), messages);
-        results.forEach((outcome, j) => (outcomes[positions[j]!] = outcome));
+        for (const [j, outcome] of results.entries()) outcomes[positions[j]!] = outcome;
       }
       return outcomes;
     }
@@ -347,7 +359,14 @@ export class KafkaRuntime {
       });
       this.deps.events.emit('error', error);
       const retryAfterMs = backoffDelay(1, this.options.retryBackoff ?? DEFAULT_RETRY_BACKOFF);
-      return messages.map((m) => ({ status: 'retry', messageId: String(m.id), consumer: this.deps.processor.consumer, reason: 'handler-failed', error, retryAfterMs }));
+      return messages.map((m) => ({
+        status: 'retry',
+        messageId: String(m.id),
+        consumer: this.deps.processor.consumer,
+        reason: 'handler-failed',
+        error,
+        retryAfterMs,
+      }));
     }
   }
 
@@ -367,10 +386,15 @@ export class KafkaRuntime {
     } catch (cause) {
       this.deps.events.emit(
         'error',
-        kafkaError(KafkaErrorCodes.KAFKA_DEAD_LETTER_FAILED, `producing ${entries.length} dead-letter record(s) from ${topic}/${partition} failed; the partition is held and retried`, cause, {
-          messageIds: entries.map((e) => e.outcome.messageId),
-          details: { topic, partition, offsets: entries.map((e) => e.record.offset) },
-        }),
+        kafkaError(
+          KafkaErrorCodes.KAFKA_DEAD_LETTER_FAILED,
+          `producing ${entries.length} dead-letter record(s) from ${topic}/${partition} failed; the partition is held and retried`,
+          cause,
+          {
+            messageIds: entries.map((e) => e.outcome.messageId),
+            details: { topic, partition, offsets: entries.map((e) => e.record.offset) },
+          },
+        ),
       );
       return true;
     }
@@ -390,10 +414,15 @@ export class KafkaRuntime {
     } catch (cause) {
       this.deps.events.emit(
         'error',
-        kafkaError(KafkaErrorCodes.KAFKA_COMMIT_FAILED, `committing ${topic}/${partition} offset ${next} failed; those records will be replayed as duplicates`, cause, {
-          messageIds: outcomes.map((o) => o.messageId),
-          details: { topic, partition, offset: next },
-        }),
+        kafkaError(
+          KafkaErrorCodes.KAFKA_COMMIT_FAILED,
+          `committing ${topic}/${partition} offset ${next} failed; those records will be replayed as duplicates`,
+          cause,
+          {
+            messageIds: outcomes.map((o) => o.messageId),
+            details: { topic, partition, offset: next },
+          },
+        ),
       );
     }
   }

@@ -71,6 +71,7 @@ export interface KafkaConsumerLike {
   pause(topics: TopicPartitions): void;
   resume(topics: TopicPartitions): void;
   /** Instrumentation events: the adapter listens to group joins, rebalances and crashes. */
+  // biome-ignore lint/suspicious/noExplicitAny: kafkajs types instrumentation payloads per event; listeners narrow them.
   on(eventName: string, listener: (event: { payload: any }) => void): () => void;
   readonly events: { GROUP_JOIN: string; REBALANCING: string; CRASH: string };
 }

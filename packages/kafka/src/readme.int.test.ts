@@ -26,7 +26,11 @@ describe('the README quick start', () => {
       readyLine: 'consuming payments',
     });
     try {
-      await produce(kafka, 'payments', [{ id: 'pay-1', value: { amountCents: 500 } }, { id: 'pay-1', value: { amountCents: 500 } }, { id: 'pay-2', value: { amountCents: 700 } }]);
+      await produce(kafka, 'payments', [
+        { id: 'pay-1', value: { amountCents: 500 } },
+        { id: 'pay-1', value: { amountCents: 500 } },
+        { id: 'pay-2', value: { amountCents: 700 } },
+      ]);
       await app.waitForOutput('processed pay-2', 30_000);
       await waitFor('offsets committed past all three records', async () => (await committedOffsets(kafka, 'ledger', 'payments'))[0] === 3, 30_000);
       expect(await t.query(`select payment_id, amount_cents from "${t.schema}".ledger_entries order by 1`)).toEqual([

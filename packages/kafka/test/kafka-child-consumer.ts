@@ -50,7 +50,9 @@ const consumer = createKafkaConsumer({
     }
   },
 });
-consumer.on('error', (error) => process.stderr.write(`consumer error: ${error.code} ${error.message} ${JSON.stringify(error.details)} ${(error.cause as Error | undefined)?.stack ?? ''}\n`));
+consumer.on('error', (error) =>
+  process.stderr.write(`consumer error: ${error.code} ${error.message} ${JSON.stringify(error.details)} ${(error.cause as Error | undefined)?.stack ?? ''}\n`),
+);
 consumer.on('reconnect', ({ attempt }) => process.stdout.write(`reconnect ${attempt}\n`));
 await consumer.start();
 process.stdout.write('started\n');

@@ -96,7 +96,9 @@ export async function readTopic(kafka: Kafka, topic: string, count: number, time
     let timer: NodeJS.Timeout | undefined;
     await Promise.race([
       enough,
-      new Promise((_, reject) => (timer = setTimeout(() => reject(new Error(`read ${records.length}/${count} records of ${topic} in ${timeoutMs} ms`)), timeoutMs))),
+      new Promise(
+        (_, reject) => (timer = setTimeout(() => reject(new Error(`read ${records.length}/${count} records of ${topic} in ${timeoutMs} ms`)), timeoutMs)),
+      ),
     ]);
     clearTimeout(timer);
     return records;
@@ -149,7 +151,10 @@ export function spawnChildConsumer(env: Record<string, string>): ChildConsumer {
     kill: (signal) => void child.kill(signal),
     waitForLine(pattern, timeoutMs = 30_000) {
       return new Promise((resolve, reject) => {
-        const timer = setTimeout(() => reject(new Error(`no line matching ${pattern} within ${timeoutMs} ms; stdout: ${lines.join(' | ')}; stderr: ${stderr}`)), timeoutMs);
+        const timer = setTimeout(
+          () => reject(new Error(`no line matching ${pattern} within ${timeoutMs} ms; stdout: ${lines.join(' | ')}; stderr: ${stderr}`)),
+          timeoutMs,
+        );
         const check = () => {
           const found = lines.find((line) => pattern.test(line));
           if (found !== undefined) {
@@ -157,7 +162,11 @@ export function spawnChildConsumer(env: Record<string, string>): ChildConsumer {
             resolve(found);
           } else if (child.exitCode !== null || child.signalCode !== null) {
             clearTimeout(timer);
-            reject(new Error(`child exited (${child.exitCode ?? child.signalCode}) before a line matching ${pattern}; stdout: ${lines.join(' | ')}; stderr: ${stderr}`));
+            reject(
+              new Error(
+                `child exited (${child.exitCode ?? child.signalCode}) before a line matching ${pattern}; stdout: ${lines.join(' | ')}; stderr: ${stderr}`,
+              ),
+            );
           } else {
             wake.push(check);
           }

@@ -13,7 +13,11 @@ describe('examples/sqs-notifications', () => {
     delete env.SQS_ENDPOINT;
     delete env.QUEUE_URL;
     delete env.DEAD_LETTER_QUEUE_URL;
-    const child = spawn(process.execPath, ['--conditions=@inboxed/source', '--import', 'tsx', 'src/main.ts'], { cwd: exampleRoot, env, stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(process.execPath, ['--conditions=@inboxed/source', '--import', 'tsx', 'src/main.ts'], {
+      cwd: exampleRoot,
+      env,
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     let output = '';
     child.stdout.on('data', (chunk: Buffer) => (output += chunk.toString()));
     child.stderr.on('data', (chunk: Buffer) => (output += chunk.toString()));

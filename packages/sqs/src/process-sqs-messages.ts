@@ -2,7 +2,7 @@ import type { Message, SQSClient } from '@aws-sdk/client-sqs';
 import {
   backoffDelay,
   actionFor,
-  ConsumerEventEmitter,
+  type ConsumerEventEmitter,
   InboxError,
   InboxErrorCodes,
   describeError,
@@ -15,7 +15,15 @@ import {
 import { loadQueueInfo, redriveDestination, type QueueInfo } from './queue-info.js';
 import { SqsActions, type SqsEntry } from './sqs-actions.js';
 import { VisibilityHeartbeat } from './sqs-heartbeat.js';
-import { DEFAULT_MESSAGE_ID_ATTRIBUTE, messageGroupId, receiveCount, sourceOf, toInboxMessage, type MappedSqsMessage, type MessageIdExtractor } from './sqs-message.js';
+import {
+  DEFAULT_MESSAGE_ID_ATTRIBUTE,
+  messageGroupId,
+  receiveCount,
+  sourceOf,
+  toInboxMessage,
+  type MappedSqsMessage,
+  type MessageIdExtractor,
+} from './sqs-message.js';
 import { capVisibility, retryVisibilitySeconds } from './sqs-visibility.js';
 
 /** Options of {@link processSqsMessages}; the consumer passes the same ones. */
@@ -136,7 +144,11 @@ const DEFAULT_REDELIVERY_BACKOFF: BackoffOptions = { baseDelayMs: 1000, maxDelay
  * const { results, errors } = await processSqsMessages(Messages, processor, { client, queueUrl: QueueUrl });
  * ```
  */
-export async function processSqsMessages(messages: readonly Message[], processor: AnyInboxProcessor, options: ProcessSqsMessagesOptions): Promise<SqsProcessResult> {
+export async function processSqsMessages(
+  messages: readonly Message[],
+  processor: AnyInboxProcessor,
+  options: ProcessSqsMessagesOptions,
+): Promise<SqsProcessResult> {
   const errors: InboxError[] = [];
   const report = (error: InboxError) => {
     errors.push(error);
@@ -161,7 +173,14 @@ export async function processSqsMessages(messages: readonly Message[], processor
 
   const entries: Entry[] = messages.map((message, index) => {
     const mapped = toInboxMessage(message, mapping, processor.consumer, receivedAt);
-    return { message, index, id: mapped.id, messageId: mapped.id ?? message.MessageId ?? `#${index}`, group: fifo ? messageGroupId(message) : undefined, mapped };
+    return {
+      message,
+      index,
+      id: mapped.id,
+      messageId: mapped.id ?? message.MessageId ?? `#${index}`,
+      group: fifo ? messageGroupId(message) : undefined,
+      mapped,
+    };
   });
 
   const heartbeatMs = options.heartbeatIntervalMs ?? Math.max(500, Math.floor((visibilityTimeoutSeconds * 1000) / 3));
@@ -236,7 +255,11 @@ export async function processSqsMessages(messages: readonly Message[], processor
 
     const [notDeleted, notDelayed] = await Promise.all([
       actions.delete(toDelete.map((d) => d.entry)),
-      actions.changeVisibility(toDelay.map((d) => ({ ...d.entry, seconds: d.seconds })), 'SQS_VISIBILITY_CHANGE_FAILED', 'scheduling a redelivery'),
+      actions.changeVisibility(
+        toDelay.map((d) => ({ ...d.entry, seconds: d.seconds })),
+        'SQS_VISIBILITY_CHANGE_FAILED',
+        'scheduling a redelivery',
+      ),
     ]);
     const failedDelete = new Set(notDeleted.map((e) => e.message));
     const failedDelay = new Set(notDelayed.map((e) => e.message));
@@ -262,7 +285,9 @@ function fifoRounds(entries: Entry[]): Entry[][] {
     const key = entry.group ?? `\u0000${entry.index}`;
     const k = position.get(key) ?? 0;
     position.set(key, k + 1);
-    (rounds[k] ??= []).push(entry);
+    const round = rounds[k] ?? [];
+    rounds[k] = round;
+    round.push(entry);
   }
   return rounds;
 }
@@ -276,7 +301,9 @@ async function runProcessor(processor: AnyInboxProcessor, entries: Entry[]): Pro
     try {
       if (isBatchProcessor(processor)) {
         const result = await processor(runnable.map(({ e }) => inboxMessage(e)));
-        runnable.forEach(({ i }, k) => (outcomes[i] = result[k] ?? processorFailure(processor.consumer, entries[i]!, new Error('batch processor returned too few outcomes'))));
+        for (const [k, { i }] of runnable.entries()) {
+          outcomes[i] = result[k] ?? processorFailure(processor.consumer, entries[i]!, new Error('batch processor returned too few outcomes'));
+        }
       } else {
         await Promise.all(
           runnable.map(async ({ e, i }) => {
@@ -304,4 +331,3 @@ function processorFailure(consumer: string, entry: Entry, error: unknown): Inbox
     retryAfterMs: backoffDelay(attempt),
   };
 }
-

@@ -16,7 +16,10 @@ const cache = new WeakMap<SQSClient, Map<string, Promise<QueueInfo>>>();
 /** Reads (once per client and queue) the queue's visibility timeout, FIFO flag and redrive policy. Throws `SQS_QUEUE_UNAVAILABLE`. */
 export function loadQueueInfo(client: SQSClient, queueUrl: string): Promise<QueueInfo> {
   let perClient = cache.get(client);
-  if (perClient === undefined) cache.set(client, (perClient = new Map()));
+  if (perClient === undefined) {
+    perClient = new Map();
+    cache.set(client, perClient);
+  }
   let info = perClient.get(queueUrl);
   if (info === undefined) {
     info = fetchQueueInfo(client, queueUrl);
@@ -30,7 +33,9 @@ export function loadQueueInfo(client: SQSClient, queueUrl: string): Promise<Queu
 async function fetchQueueInfo(client: SQSClient, queueUrl: string): Promise<QueueInfo> {
   let attributes: Record<string, string>;
   try {
-    const result = await client.send(new GetQueueAttributesCommand({ QueueUrl: queueUrl, AttributeNames: ['VisibilityTimeout', 'RedrivePolicy', 'FifoQueue'] }));
+    const result = await client.send(
+      new GetQueueAttributesCommand({ QueueUrl: queueUrl, AttributeNames: ['VisibilityTimeout', 'RedrivePolicy', 'FifoQueue'] }),
+    );
     attributes = result.Attributes ?? {};
   } catch (error) {
     throw toSqsError(SqsErrorCodes.QUEUE_UNAVAILABLE, `cannot read the attributes of ${queueUrl}`, error, { details: { queueUrl } });

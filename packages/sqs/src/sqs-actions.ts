@@ -103,7 +103,11 @@ export class SqsActions {
    * A failure is reported with `code` and otherwise harmless: the message reappears when its
    * current visibility lapses. Resolves with the entries that failed.
    */
-  async changeVisibility(entries: ReadonlyArray<SqsEntry & { seconds: number }>, code: typeof SqsErrorCodes.VISIBILITY_CHANGE_FAILED | typeof SqsErrorCodes.HEARTBEAT_FAILED, what: string): Promise<SqsEntry[]> {
+  async changeVisibility(
+    entries: ReadonlyArray<SqsEntry & { seconds: number }>,
+    code: typeof SqsErrorCodes.VISIBILITY_CHANGE_FAILED | typeof SqsErrorCodes.HEARTBEAT_FAILED,
+    what: string,
+  ): Promise<SqsEntry[]> {
     const failedAll: SqsEntry[] = [];
     await Promise.all(
       chunks(entries).map(async (chunk) => {
@@ -174,10 +178,15 @@ export class SqsActions {
       return true;
     } catch (error) {
       this.report(
-        toSqsError(SqsErrorCodes.DEAD_LETTER_FAILED, `could not send message ${entry.messageId} to the dead-letter queue; it is kept and comes back after a backoff`, error, {
-          messageIds: [entry.messageId],
-          details: { queueUrl: this.queueUrl, deadLetterQueueUrl, reason: outcome.reason },
-        }),
+        toSqsError(
+          SqsErrorCodes.DEAD_LETTER_FAILED,
+          `could not send message ${entry.messageId} to the dead-letter queue; it is kept and comes back after a backoff`,
+          error,
+          {
+            messageIds: [entry.messageId],
+            details: { queueUrl: this.queueUrl, deadLetterQueueUrl, reason: outcome.reason },
+          },
+        ),
       );
       return false;
     }

@@ -140,7 +140,12 @@ describe('createSqsConsumer against a real SQS API and PostgreSQL', () => {
       extractMessageId: (message) => (JSON.parse(message.Body!) as { ref: string }).ref,
     });
     await recorder.waitForCount(2, (o) => o.messageId === 'order-7');
-    expect(recorder.outcomes.filter((o) => o.messageId === 'order-7').map((o) => o.status).sort()).toEqual(['duplicate', 'processed']);
+    expect(
+      recorder.outcomes
+        .filter((o) => o.messageId === 'order-7')
+        .map((o) => o.status)
+        .sort(),
+    ).toEqual(['duplicate', 'processed']);
     expect(await ctx.t.countEffects('order-7')).toBe(1);
     await waitFor('queues empty', async () => (await queueDepth(ctx.client, queue.url)) + (await queueDepth(ctx.client, other.url)) === 0);
   });

@@ -3,7 +3,11 @@ import { InboxErrorCodes, type InboxProcessor } from '@inboxed/core';
 import { describe, expect, it } from 'vitest';
 import { createSqsConsumer, type SqsConsumerOptions } from './sqs-consumer.js';
 
-const handler = Object.assign(async () => ({ status: 'processed' as const, messageId: 'm', consumer: 'c' }), { kind: 'single' as const, consumer: 'c', checkTables: async () => {} }) as InboxProcessor;
+const handler = Object.assign(async () => ({ status: 'processed' as const, messageId: 'm', consumer: 'c' }), {
+  kind: 'single' as const,
+  consumer: 'c',
+  checkTables: async () => {},
+}) as InboxProcessor;
 const base = (): SqsConsumerOptions => ({ client: new SQSClient({ region: 'us-east-1' }), queueUrl: 'https://sqs.us-east-1.amazonaws.com/1/q', handler });
 
 describe('createSqsConsumer options', () => {
@@ -18,7 +22,9 @@ describe('createSqsConsumer options', () => {
     ['queueUrl', { queueUrl: '' }],
     ['client', { client: {} as never }],
   ] as const)('rejects an invalid %s at construction with INVALID_OPTIONS', (name, extra) => {
-    expect(() => createSqsConsumer({ ...base(), ...extra })).toThrow(expect.objectContaining({ code: InboxErrorCodes.INVALID_OPTIONS, message: expect.stringContaining(name) }));
+    expect(() => createSqsConsumer({ ...base(), ...extra })).toThrow(
+      expect.objectContaining({ code: InboxErrorCodes.INVALID_OPTIONS, message: expect.stringContaining(name) }),
+    );
   });
 
   it('accepts the defaults and reports a stopped status', () => {

@@ -92,15 +92,21 @@ export function createSqsConsumer(options: SqsConsumerOptions): SqsConsumer {
   const { client, queueUrl, handler } = options;
   if (client === null || typeof client !== 'object' || typeof (client as SQSClient).send !== 'function') invalid('options.client must be an SQSClient');
   if (typeof queueUrl !== 'string' || queueUrl === '') invalid('options.queueUrl must be a queue URL');
-  if (typeof handler !== 'function' || (handler.kind !== 'single' && handler.kind !== 'batch')) invalid('options.handler must be a processor from withInbox or withInboxBatch');
+  if (typeof handler !== 'function' || (handler.kind !== 'single' && handler.kind !== 'batch'))
+    invalid('options.handler must be a processor from withInbox or withInboxBatch');
   const batchSize = integerIn(options.batchSize, 10, 1, 10, 'batchSize');
   const concurrency = integerIn(options.concurrency, 1, 1, 1000, 'concurrency');
   const waitTimeSeconds = integerIn(options.waitTimeSeconds, 20, 0, 20, 'waitTimeSeconds');
   const stopTimeoutMs = integerIn(options.stopTimeoutMs, 30_000, 0, 2 ** 31 - 1, 'stopTimeoutMs');
-  if (options.visibilityTimeoutSeconds !== undefined) integerIn(options.visibilityTimeoutSeconds, 0, 0, MAX_VISIBILITY_TIMEOUT_SECONDS, 'visibilityTimeoutSeconds');
+  if (options.visibilityTimeoutSeconds !== undefined)
+    integerIn(options.visibilityTimeoutSeconds, 0, 0, MAX_VISIBILITY_TIMEOUT_SECONDS, 'visibilityTimeoutSeconds');
   if (options.heartbeatIntervalMs !== undefined) {
     integerIn(options.heartbeatIntervalMs, 0, 0, 2 ** 31 - 1, 'heartbeatIntervalMs');
-    if (options.heartbeatIntervalMs > 0 && options.visibilityTimeoutSeconds !== undefined && options.heartbeatIntervalMs >= options.visibilityTimeoutSeconds * 1000) {
+    if (
+      options.heartbeatIntervalMs > 0 &&
+      options.visibilityTimeoutSeconds !== undefined &&
+      options.heartbeatIntervalMs >= options.visibilityTimeoutSeconds * 1000
+    ) {
       invalid('options.heartbeatIntervalMs must be shorter than the visibility timeout, or 0 to disable heartbeats');
     }
   }
@@ -147,7 +153,12 @@ export function createSqsConsumer(options: SqsConsumerOptions): SqsConsumer {
         if (signal.aborted) return;
         failures++;
         lastDelayMs = backoffDelay(failures, options.receiveBackoff ?? { baseDelayMs: 1000, maxDelayMs: 30_000 });
-        events.emit('error', toSqsError(SqsErrorCodes.RECEIVE_FAILED, `receive from ${queueUrl} failed (attempt ${failures}, next in ${lastDelayMs} ms)`, error, { details: { queueUrl } }));
+        events.emit(
+          'error',
+          toSqsError(SqsErrorCodes.RECEIVE_FAILED, `receive from ${queueUrl} failed (attempt ${failures}, next in ${lastDelayMs} ms)`, error, {
+            details: { queueUrl },
+          }),
+        );
         await abortableSleep(lastDelayMs, signal);
         continue;
       }
@@ -182,7 +193,9 @@ export function createSqsConsumer(options: SqsConsumerOptions): SqsConsumer {
     info = queue;
     const visibility = options.visibilityTimeoutSeconds ?? queue.visibilityTimeoutSeconds;
     if (options.heartbeatIntervalMs !== undefined && options.heartbeatIntervalMs > 0 && options.heartbeatIntervalMs >= visibility * 1000) {
-      invalid(`options.heartbeatIntervalMs (${options.heartbeatIntervalMs}) must be shorter than the visibility timeout (${visibility} s), or 0 to disable heartbeats`);
+      invalid(
+        `options.heartbeatIntervalMs (${options.heartbeatIntervalMs}) must be shorter than the visibility timeout (${visibility} s), or 0 to disable heartbeats`,
+      );
     }
     if (options.deadLetterQueueUrl === undefined && queue.redrive === undefined) {
       events.emit(
@@ -218,9 +231,13 @@ export function createSqsConsumer(options: SqsConsumerOptions): SqsConsumer {
       if (still > 0) {
         events.emit(
           'error',
-          new InboxError(SqsErrorCodes.STOP_TIMEOUT, `stop() gave up after ${stopTimeoutMs} ms with ${still} receive batch(es) still processing; they settle if the process keeps running, otherwise their messages reappear after the visibility timeout`, {
-            details: { queueUrl, stopTimeoutMs, inFlight: still },
-          }),
+          new InboxError(
+            SqsErrorCodes.STOP_TIMEOUT,
+            `stop() gave up after ${stopTimeoutMs} ms with ${still} receive batch(es) still processing; they settle if the process keeps running, otherwise their messages reappear after the visibility timeout`,
+            {
+              details: { queueUrl, stopTimeoutMs, inFlight: still },
+            },
+          ),
         );
         return;
       }

@@ -72,7 +72,8 @@ export function deadLetterAttributes(
   for (const [name, value] of Object.entries(headers)) if (!ordered.has(name)) ordered.set(name, text(value));
   ordered.set(SqsDeadLetterAttributes.SOURCE_QUEUE, text(context.queueUrl));
   if (message.MessageId !== undefined) ordered.set(SqsDeadLetterAttributes.SQS_MESSAGE_ID, text(message.MessageId));
-  if (message.Attributes?.ApproximateReceiveCount !== undefined) ordered.set(SqsDeadLetterAttributes.RECEIVE_COUNT, text(message.Attributes.ApproximateReceiveCount));
+  if (message.Attributes?.ApproximateReceiveCount !== undefined)
+    ordered.set(SqsDeadLetterAttributes.RECEIVE_COUNT, text(message.Attributes.ApproximateReceiveCount));
   if (message.Attributes?.MessageGroupId !== undefined) ordered.set(SqsDeadLetterAttributes.MESSAGE_GROUP_ID, text(message.Attributes.MessageGroupId));
   for (const [name, value] of Object.entries(message.MessageAttributes ?? {})) {
     if (!ordered.has(name) && name !== OVERFLOW_ATTRIBUTE) ordered.set(name, value);

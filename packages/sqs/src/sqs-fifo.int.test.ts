@@ -80,7 +80,12 @@ describe('FIFO queues on a real SQS API', () => {
       if (message.id === 'g2') throw new Error('not yet');
       await ctx.insertEffect(message, tx);
     });
-    const { results, errors } = await processSqsMessages(received, processor, { client: ctx.client, queueUrl: queue.url, fifo: true, visibilityTimeoutSeconds: 30 });
+    const { results, errors } = await processSqsMessages(received, processor, {
+      client: ctx.client,
+      queueUrl: queue.url,
+      fifo: true,
+      visibilityTimeoutSeconds: 30,
+    });
 
     expect(errors).toEqual([]);
     expect(results.map((r) => [r.messageId, r.settlement, r.visibilityTimeoutSeconds])).toEqual([
@@ -95,7 +100,9 @@ describe('FIFO queues on a real SQS API', () => {
     const again = [];
     const deadline = Date.now() + 10_000;
     while (again.length < 2 && Date.now() < deadline) {
-      const { Messages = [] } = await ctx.client.send(new ReceiveMessageCommand({ QueueUrl: queue.url, MaxNumberOfMessages: 10, WaitTimeSeconds: 1, MessageAttributeNames: ['All'] }));
+      const { Messages = [] } = await ctx.client.send(
+        new ReceiveMessageCommand({ QueueUrl: queue.url, MaxNumberOfMessages: 10, WaitTimeSeconds: 1, MessageAttributeNames: ['All'] }),
+      );
       again.push(...Messages);
     }
     expect(again.map((m) => m.MessageAttributes!['message-id']!.StringValue).sort()).toEqual(['g2', 'g3']);

@@ -62,10 +62,15 @@ describe('SQS with the database down', () => {
     try {
       let failures = 0;
       const recorder = createOutcomeRecorder();
-      const handler = recorder.wrap(withInbox(async (message: InboxMessage, tx: any) => {
-        if (failures++ === 0) throw new Error('one real handler failure');
-        await tx.insert(ctx.t.effects).values({ messageId: message.id });
-      }, { db: drizzle(pool), consumer: 'notifications', tables: { schema: ctx.t.schema }, maxAttempts: 3, backoff: { baseDelayMs: 10, jitter: 'none' } }));
+      const handler = recorder.wrap(
+        withInbox(
+          async (message: InboxMessage, tx: any) => {
+            if (failures++ === 0) throw new Error('one real handler failure');
+            await tx.insert(ctx.t.effects).values({ messageId: message.id });
+          },
+          { db: drizzle(pool), consumer: 'notifications', tables: { schema: ctx.t.schema }, maxAttempts: 3, backoff: { baseDelayMs: 10, jitter: 'none' } },
+        ),
+      );
       await ctx.start({ queueUrl: queue.url, deadLetterQueueUrl: dlq.url, handler, visibilityTimeoutSeconds: 1 });
       proxy.cut();
       await send(ctx.client, queue.url, { to: 'ada' }, { id: 'through-outage' });

@@ -20,7 +20,8 @@ function failFirstDeleteEntry(client: SQSClient, failure: { Code: string; Sender
       injected++;
       const input = args.input as DeleteMessageBatchCommandInput;
       const [victim, ...rest] = input.Entries!;
-      const result = rest.length > 0 ? await next({ ...args, input: { ...input, Entries: rest } }) : { output: { Successful: [], $metadata: {} }, response: {} };
+      const result =
+        rest.length > 0 ? await next({ ...args, input: { ...input, Entries: rest } }) : { output: { Successful: [], $metadata: {} }, response: {} };
       const output = result.output as DeleteMessageBatchCommandOutput;
       output.Failed = [...(output.Failed ?? []), { Id: victim!.Id, Message: 'injected failure', ...failure }];
       return result;

@@ -40,7 +40,14 @@ describe('visibility: heartbeats, stale receipt handles and retry backoff on a r
       await ctx.insertEffect(message, tx);
       await sleep(2_500); // the message reappears while this transaction holds the inbox row
     });
-    await ctx.start({ queueUrl: queue.url, deadLetterQueueUrl: dlq.url, handler: recorder.wrap(handler), concurrency: 2, visibilityTimeoutSeconds: 1, heartbeatIntervalMs: 0 });
+    await ctx.start({
+      queueUrl: queue.url,
+      deadLetterQueueUrl: dlq.url,
+      handler: recorder.wrap(handler),
+      concurrency: 2,
+      visibilityTimeoutSeconds: 1,
+      heartbeatIntervalMs: 0,
+    });
 
     await recorder.waitForCount(2, undefined, 15_000);
     // The first copy's delete used a receipt handle SQS had replaced (a silent no-op on SQS);

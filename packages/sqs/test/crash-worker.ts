@@ -12,7 +12,11 @@ import { drizzle } from 'drizzle-orm/node-postgres';
 import pg from 'pg';
 import { createSqsConsumer } from '../src/index.js';
 
-const env = (name: string) => process.env[name] ?? (() => { throw new Error(`${name} is required`); })();
+const env = (name: string) =>
+  process.env[name] ??
+  (() => {
+    throw new Error(`${name} is required`);
+  })();
 const schema = env('SCHEMA');
 const pool = new pg.Pool({ connectionString: env('DATABASE_URL'), max: 2 });
 const db = drizzle(pool);

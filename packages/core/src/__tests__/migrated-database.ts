@@ -7,7 +7,9 @@ export interface MigratedDatabase {
   /** The current test's database (valid inside a test). */
   readonly t: TestDatabase;
   /** Options for withInbox/withInboxBatch on it: consumer `c`, the test's schema, 1 ms backoff. */
-  options(extra?: Record<string, unknown>): { db: any; consumer: string; tables: { schema: string }; backoff: { baseDelayMs: number } } & Record<string, unknown>;
+  options(
+    extra?: Record<string, unknown>,
+  ): { db: any; consumer: string; tables: { schema: string }; backoff: { baseDelayMs: number } } & Record<string, unknown>;
 }
 
 /**

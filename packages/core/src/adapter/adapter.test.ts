@@ -17,18 +17,38 @@ describe('adapter building blocks', () => {
   });
 
   it('maps every status to exactly one broker action', () => {
-    expect(['processed', 'duplicate', 'rejected', 'retry', 'dead-letter', 'conflict'].map((s) => actionFor(s as never))).toEqual(['ack', 'ack', 'ack', 'retry', 'dead-letter', 'dead-letter']);
+    expect(['processed', 'duplicate', 'rejected', 'retry', 'dead-letter', 'conflict'].map((s) => actionFor(s as never))).toEqual([
+      'ack',
+      'ack',
+      'ack',
+      'retry',
+      'dead-letter',
+      'dead-letter',
+    ]);
   });
 
   it('builds dead-letter headers with reason, error and attempt times', () => {
     const first = new Date('2026-01-01T00:00:00Z');
-    const headers = deadLetterHeaders({
-      status: 'conflict', messageId: 'm', consumer: 'c', reason: 'payload-mismatch', attempt: 2, firstAttemptAt: first,
-      error: new InboxError('PAYLOAD_MISMATCH', 'x'.repeat(5000)),
-    }, new Date('2026-01-02T00:00:00Z'));
+    const headers = deadLetterHeaders(
+      {
+        status: 'conflict',
+        messageId: 'm',
+        consumer: 'c',
+        reason: 'payload-mismatch',
+        attempt: 2,
+        firstAttemptAt: first,
+        error: new InboxError('PAYLOAD_MISMATCH', 'x'.repeat(5000)),
+      },
+      new Date('2026-01-02T00:00:00Z'),
+    );
     expect(headers).toMatchObject({
-      'x-inboxed-reason': 'payload-mismatch', 'x-inboxed-consumer': 'c', 'x-inboxed-message-id': 'm', 'x-inboxed-attempt': '2',
-      'x-inboxed-first-attempt-at': '2026-01-01T00:00:00.000Z', 'x-inboxed-last-attempt-at': '2026-01-02T00:00:00.000Z', 'x-inboxed-error-code': 'PAYLOAD_MISMATCH',
+      'x-inboxed-reason': 'payload-mismatch',
+      'x-inboxed-consumer': 'c',
+      'x-inboxed-message-id': 'm',
+      'x-inboxed-attempt': '2',
+      'x-inboxed-first-attempt-at': '2026-01-01T00:00:00.000Z',
+      'x-inboxed-last-attempt-at': '2026-01-02T00:00:00.000Z',
+      'x-inboxed-error-code': 'PAYLOAD_MISMATCH',
     });
     expect(headers['x-inboxed-error']).toHaveLength(1024);
   });

@@ -4,7 +4,12 @@ import type { InboxOutcome } from '../types.js';
 import { ConsumerEventEmitter, INFRASTRUCTURE_ERROR_INTERVAL_MS } from './events.js';
 
 const retry = (reason: string, code = 'DATABASE_UNAVAILABLE'): InboxOutcome => ({
-  status: 'retry', messageId: 'm', consumer: 'c', reason, retryAfterMs: 1, error: new InboxError(code, 'database unavailable: ECONNREFUSED'),
+  status: 'retry',
+  messageId: 'm',
+  consumer: 'c',
+  reason,
+  retryAfterMs: 1,
+  error: new InboxError(code, 'database unavailable: ECONNREFUSED'),
 });
 
 describe('ConsumerEventEmitter', () => {
@@ -15,10 +20,17 @@ describe('ConsumerEventEmitter', () => {
     events.on('error', (error) => errors.push(error));
     for (let i = 0; i < 5; i++) events.emitOutcome(retry('database-unavailable'));
     events.emitOutcome(retry('inbox-table-missing', 'INBOX_TABLE_MISSING'));
-    expect(errors.map((e) => [e.code, e.details.retriesSinceLastReport])).toEqual([['DATABASE_UNAVAILABLE', 1], ['INBOX_TABLE_MISSING', 1]]);
+    expect(errors.map((e) => [e.code, e.details.retriesSinceLastReport])).toEqual([
+      ['DATABASE_UNAVAILABLE', 1],
+      ['INBOX_TABLE_MISSING', 1],
+    ]);
     now += INFRASTRUCTURE_ERROR_INTERVAL_MS;
     events.emitOutcome(retry('database-unavailable'));
-    expect(errors.map((e) => [e.code, e.details.retriesSinceLastReport])).toEqual([['DATABASE_UNAVAILABLE', 1], ['INBOX_TABLE_MISSING', 1], ['DATABASE_UNAVAILABLE', 5]]);
+    expect(errors.map((e) => [e.code, e.details.retriesSinceLastReport])).toEqual([
+      ['DATABASE_UNAVAILABLE', 1],
+      ['INBOX_TABLE_MISSING', 1],
+      ['DATABASE_UNAVAILABLE', 5],
+    ]);
     expect(errors[2]!.message).toMatch(/^5 deliveries retried \(database-unavailable\)/);
   });
 

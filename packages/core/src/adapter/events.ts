@@ -70,15 +70,19 @@ export class ConsumerEventEmitter {
     switch (outcome.status) {
       case 'processed':
       case 'rejected':
-        return this.emit('message_processed', outcome);
+        this.emit('message_processed', outcome);
+        break;
       case 'duplicate':
-        return this.emit('duplicate', outcome);
+        this.emit('duplicate', outcome);
+        break;
       case 'retry':
         this.emit('retry', outcome);
-        return this.reportInfrastructure(outcome);
+        this.reportInfrastructure(outcome);
+        break;
       case 'dead-letter':
       case 'conflict':
-        return this.emit('dead_letter', outcome, deadLetterDestination);
+        this.emit('dead_letter', outcome, deadLetterDestination);
+        break;
     }
   }
 

@@ -25,10 +25,7 @@ export class InFlight {
       const left = deadline - Date.now();
       if (left <= 0) return this.running.size;
       let timer: NodeJS.Timeout | undefined;
-      await Promise.race([
-        Promise.allSettled([...this.running]),
-        new Promise((resolve) => (timer = setTimeout(resolve, left))),
-      ]);
+      await Promise.race([Promise.allSettled([...this.running]), new Promise((resolve) => (timer = setTimeout(resolve, left)))]);
       clearTimeout(timer);
     }
     return 0;

@@ -15,6 +15,11 @@ export async function checkTablesAtStart(processor: AnyInboxProcessor, events: C
     await processor.checkTables();
   } catch (error) {
     if (isInboxError(error) && error.code === InboxErrorCodes.INBOX_TABLE_MISSING) throw error;
-    events.emit('error', isInboxError(error) ? error : new InboxError(InboxErrorCodes.INBOX_QUERY_FAILED, `checking the inbox tables failed: ${describeError(error)}`, { cause: error }));
+    events.emit(
+      'error',
+      isInboxError(error)
+        ? error
+        : new InboxError(InboxErrorCodes.INBOX_QUERY_FAILED, `checking the inbox tables failed: ${describeError(error)}`, { cause: error }),
+    );
   }
 }

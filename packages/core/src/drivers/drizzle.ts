@@ -36,33 +36,36 @@ export async function drizzleTransaction<TDb extends AnyPgDatabase, T>(
   let step = 'begin' as 'begin' | 'claim' | 'body' | 'verify' | 'commit';
   let thrownByBody = undefined as { error: unknown } | undefined;
   try {
-    const value = (await options.db.transaction((async (tx: TransactionOf<TDb>) => {
-      step = 'claim';
-      let claimed: Set<string>;
-      try {
-        claimed = await store.claim(tx, plan.rows, plan.lockTimeoutMs);
-      } catch (error) {
-        throw new StepFailure('claim', error);
-      }
-      step = 'body';
-      let result: T;
-      try {
-        result = await plan.body(tx, claimed);
-      } catch (error) {
-        thrownByBody = { error };
-        throw error;
-      }
-      if (claimed.size > 0) {
-        step = 'verify';
+    const value = (await options.db.transaction(
+      (async (tx: TransactionOf<TDb>) => {
+        step = 'claim';
+        let claimed: Set<string>;
         try {
-          await store.verify(tx, [...claimed]);
+          claimed = await store.claim(tx, plan.rows, plan.lockTimeoutMs);
         } catch (error) {
-          throw new StepFailure('verify', error);
+          throw new StepFailure('claim', error);
         }
-      }
-      step = 'commit';
-      return result;
-    }) as never, config as never)) as T;
+        step = 'body';
+        let result: T;
+        try {
+          result = await plan.body(tx, claimed);
+        } catch (error) {
+          thrownByBody = { error };
+          throw error;
+        }
+        if (claimed.size > 0) {
+          step = 'verify';
+          try {
+            await store.verify(tx, [...claimed]);
+          } catch (error) {
+            throw new StepFailure('verify', error);
+          }
+        }
+        step = 'commit';
+        return result;
+      }) as never,
+      config as never,
+    )) as T;
     return { ok: true, value };
   } catch (error) {
     if (error instanceof StepFailure) {
@@ -74,7 +77,10 @@ export async function drizzleTransaction<TDb extends AnyPgDatabase, T>(
         return { ok: false, failure: claimFailure(error) };
       case 'body':
         if (thrownByBody !== undefined && error === thrownByBody.error) return { ok: false, failure: bodyFailure(error) };
-        return { ok: false, failure: classifyDatabaseError(error) === 'unavailable' ? brokenConnectionFailure(thrownByBody?.error, error) : bodyFailure(error) };
+        return {
+          ok: false,
+          failure: classifyDatabaseError(error) === 'unavailable' ? brokenConnectionFailure(thrownByBody?.error, error) : bodyFailure(error),
+        };
       default:
         // A check failure replaced by a failed ROLLBACK, or COMMIT itself failing.
         return { ok: false, failure: completionFailure(error) };

@@ -34,10 +34,22 @@ export function nodePostgresTarget(db: unknown): NodePgTarget | undefined {
  */
 export function isSingleNodePgClient(db: unknown): boolean {
   const client = (db as { $client?: { escapeLiteral?: unknown; query?: unknown; totalCount?: unknown } } | null)?.$client;
-  return typeof client === 'object' && client !== null && typeof client.escapeLiteral === 'function' && typeof client.query === 'function' && typeof client.totalCount !== 'number';
+  return (
+    typeof client === 'object' &&
+    client !== null &&
+    typeof client.escapeLiteral === 'function' &&
+    typeof client.query === 'function' &&
+    typeof client.totalCount !== 'number'
+  );
 }
 
 let nodePgModule: Promise<typeof import('drizzle-orm/node-postgres')> | undefined;
+
+/** drizzle-orm/node-postgres, loaded on first use only: core imports no driver it does not need. */
+function loadNodePg(): Promise<typeof import('drizzle-orm/node-postgres')> {
+  nodePgModule ??= import('drizzle-orm/node-postgres');
+  return nodePgModule;
+}
 
 /** Result sets of a (possibly multi-statement) simple query. */
 function resultsOf(result: unknown): { command?: string; rows: unknown[] }[] {
@@ -96,7 +108,7 @@ export async function nodePostgresTransaction<TDb extends AnyPgDatabase, T>(
   store: InboxStore,
   plan: TransactionPlan<TDb, T>,
 ): Promise<TransactionResult<T>> {
-  const { NodePgSession, NodePgTransaction } = await (nodePgModule ??= import('drizzle-orm/node-postgres'));
+  const { NodePgSession, NodePgTransaction } = await loadNodePg();
   let client: PgPoolClient;
   try {
     client = await target.pool.connect();
@@ -104,7 +116,9 @@ export async function nodePostgresTransaction<TDb extends AnyPgDatabase, T>(
     return { ok: false, failure: { kind: 'outage', error } };
   }
   let connectionProblem: unknown;
-  const onError = (error: unknown) => void (connectionProblem ??= error);
+  const onError = (error: unknown) => {
+    connectionProblem ??= error;
+  };
   client.on('error', onError);
   let failure: TransactionFailure | undefined;
   try {
@@ -123,7 +137,9 @@ export async function nodePostgresTransaction<TDb extends AnyPgDatabase, T>(
 
     let firstFailure: unknown;
     const { session } = target;
-    const handlerClient = observedClient(client, (error) => void (firstFailure ??= error));
+    const handlerClient = observedClient(client, (error) => {
+      firstFailure ??= error;
+    });
     const clientSession = new NodePgSession(handlerClient as never, session.dialect as never, session.schema as never, session.options as never);
     const tx = new NodePgTransaction(session.dialect as never, clientSession, session.schema as never);
     let value: T;

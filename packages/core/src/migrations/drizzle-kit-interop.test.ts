@@ -44,7 +44,10 @@ describe.each<[string, InboxTableNames]>([
     const generated = await drizzleKitStatements(names);
     // Unedited, the first CREATE fails and the whole migration rolls back (drizzle-kit migrate runs
     // its pending migrations in one transaction too), leaving migrate()'s tables as they were.
-    const failure = await run(db, generated).then(() => undefined, (error: unknown) => error);
+    const failure = await run(db, generated).then(
+      () => undefined,
+      (error: unknown) => error,
+    );
     expect(String((failure as { cause?: Error })?.cause?.message)).toMatch(
       names.schema === undefined ? /relation "inbox(_attempts)?" already exists/ : /schema "messaging" already exists/,
     );

@@ -32,20 +32,34 @@ export async function inspectInboxTables(db: Executable, tables: InboxTables): P
       continue;
     }
     const oid = Number(found.oid);
-    const columns = new Set((await rowsOf<{ name: string }>(db, sql`
-      select attname::text as name from pg_attribute where attrelid = ${oid} and attnum > 0 and not attisdropped`)).map((r) => r.name));
+    const columns = new Set(
+      (
+        await rowsOf<{ name: string }>(
+          db,
+          sql`
+      select attname::text as name from pg_attribute where attrelid = ${oid} and attnum > 0 and not attisdropped`,
+        )
+      ).map((r) => r.name),
+    );
     const missing = config.columns.map((c) => c.name).filter((c) => !columns.has(c));
     if (missing.length > 0) problems.push(`table ${name} lacks the column(s) ${missing.join(', ')}`);
-    const indexes = await rowsOf<IndexRow>(db, sql`
+    const indexes = await rowsOf<IndexRow>(
+      db,
+      sql`
       select (i.indisunique and i.indimmediate and i.indisvalid and i.indpred is null and i.indexprs is null) as usable,
              array(select a.attname::text from unnest(i.indkey::int2[]) with ordinality as k(attnum, position)
                    join pg_attribute a on a.attrelid = i.indrelid and a.attnum = k.attnum
                    where k.position <= i.indnkeyatts order by k.position) as columns
-      from pg_index i where i.indrelid = ${oid} and i.indisunique`);
-    const keyed = indexes.some((index) => index.usable && index.columns.length === 2 && index.columns.includes('consumer') && index.columns.includes('message_id'));
+      from pg_index i where i.indrelid = ${oid} and i.indisunique`,
+    );
+    const keyed = indexes.some(
+      (index) => index.usable && index.columns.length === 2 && index.columns.includes('consumer') && index.columns.includes('message_id'),
+    );
     if (!keyed) {
       const found = indexes.map((index) => `(${index.columns.join(', ')})${index.usable ? '' : ' unusable'}`).join(', ') || 'none';
-      problems.push(`table ${name} has no primary key or unique constraint on exactly (consumer, message_id) that ON CONFLICT can use (unique keys found: ${found}); without it every redelivery would be processed again`);
+      problems.push(
+        `table ${name} has no primary key or unique constraint on exactly (consumer, message_id) that ON CONFLICT can use (unique keys found: ${found}); without it every redelivery would be processed again`,
+      );
     }
   }
   return problems;

@@ -39,12 +39,16 @@ describe.each(DRIVERS)('migrate() refuses inbox tables it cannot use, on %s', (d
 
   it('an existing attempts table without its key (its upsert would fail on every handler failure)', async () => {
     await run(inboxWith(', primary key (consumer, message_id)'), attempts.replace(',\n    primary key (consumer, message_id))', ')'));
-    await expect(migrate(t.db, { schema: t.schema })).rejects.toThrowError(expect.objectContaining({ code: InboxErrorCodes.MIGRATION_FAILED, message: expect.stringMatching(/inbox_attempts/) }));
+    await expect(migrate(t.db, { schema: t.schema })).rejects.toThrowError(
+      expect.objectContaining({ code: InboxErrorCodes.MIGRATION_FAILED, message: expect.stringMatching(/inbox_attempts/) }),
+    );
   });
 
   it('an existing inbox lacking a column', async () => {
     await run(inboxWith(', primary key (consumer, message_id)').replace('fingerprint text,', ''), attempts);
-    await expect(migrate(t.db, { schema: t.schema })).rejects.toThrowError(expect.objectContaining({ code: InboxErrorCodes.MIGRATION_FAILED, message: expect.stringMatching(/fingerprint/) }));
+    await expect(migrate(t.db, { schema: t.schema })).rejects.toThrowError(
+      expect.objectContaining({ code: InboxErrorCodes.MIGRATION_FAILED, message: expect.stringMatching(/fingerprint/) }),
+    );
   });
 
   it('accepts tables created by hand with the same shape, with a unique constraint instead of the primary key', async () => {

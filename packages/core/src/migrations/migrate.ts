@@ -56,7 +56,11 @@ export async function migrate(db: AnyPgDatabase, names: InboxTableNames = {}): P
       await tx.execute(sql`select pg_advisory_xact_lock(hashtext(${lockKey}))`);
       if (resolved.schema !== undefined) await tx.execute(sql.raw(`CREATE SCHEMA IF NOT EXISTS "${resolved.schema}"`));
       const historyName = resolved.schema === undefined ? `"${resolved.table}_migrations"` : `"${resolved.schema}"."${resolved.table}_migrations"`;
-      await tx.execute(sql.raw(`CREATE TABLE IF NOT EXISTS ${historyName} ("version" integer PRIMARY KEY, "name" text NOT NULL, "applied_at" timestamp with time zone DEFAULT now() NOT NULL)`));
+      await tx.execute(
+        sql.raw(
+          `CREATE TABLE IF NOT EXISTS ${historyName} ("version" integer PRIMARY KEY, "name" text NOT NULL, "applied_at" timestamp with time zone DEFAULT now() NOT NULL)`,
+        ),
+      );
       const done = new Set((await tx.select({ version: history.version }).from(history)).map((r) => r.version));
       const applied: number[] = [];
       for (const migration of migrations) {

@@ -10,13 +10,14 @@ import { migrationFiles } from './files.js';
 import { migrate } from './migrate.js';
 import { migrations } from './migrations.js';
 
-const normalise = (statement: string) => statement.replace(/IF NOT EXISTS /g, '').replace(/;\s*$/, '').trim();
+const normalise = (statement: string) =>
+  statement
+    .replace(/IF NOT EXISTS /g, '')
+    .replace(/;\s*$/, '')
+    .trim();
 
 describe('migrations', () => {
-  it.each([
-    [{}],
-    [{ schema: 'messaging', table: 'orders_inbox' }],
-  ])('match what drizzle-kit generates from createInboxTables(%j)', async (names) => {
+  it.each([[{}], [{ schema: 'messaging', table: 'orders_inbox' }]])('match what drizzle-kit generates from createInboxTables(%j)', async (names) => {
     // Everything createInboxTables returns is exported from the schema file, inboxSchema included.
     const generated = await generateMigration(generateDrizzleJson({}), generateDrizzleJson({ ...createInboxTables(names) }));
     const resolved = resolveTableNames(names);
@@ -34,10 +35,13 @@ describe('migrations', () => {
     expect(createInboxTables().inboxSchema).toBeUndefined();
   });
 
-  it("creates the schema once when the app exports its own pgSchema of the same name", async () => {
+  it('creates the schema once when the app exports its own pgSchema of the same name', async () => {
     const messaging = pgSchema('messaging');
     const payments = messaging.table('payments', { id: text('id').primaryKey() });
-    const generated = await generateMigration(generateDrizzleJson({}), generateDrizzleJson({ messaging, payments, ...createInboxTables({ schema: 'messaging' }) }));
+    const generated = await generateMigration(
+      generateDrizzleJson({}),
+      generateDrizzleJson({ messaging, payments, ...createInboxTables({ schema: 'messaging' }) }),
+    );
     expect(generated.filter((statement) => statement.startsWith('CREATE SCHEMA'))).toEqual(['CREATE SCHEMA "messaging";\n']);
   });
 

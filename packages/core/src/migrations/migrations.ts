@@ -58,6 +58,12 @@ export const migrations: readonly Migration[] = [
 
 /** Renders a migration as one SQL file, statements separated the way drizzle-kit separates them. */
 export function renderMigrationSql(migration: Migration, names: ResolvedTableNames): string {
-  return `-- inboxed migration ${String(migration.version).padStart(4, '0')}_${migration.name}\n` +
-    migration.statements(names).map((s) => `${s};`).join('\n--> statement-breakpoint\n') + '\n';
+  return (
+    `-- inboxed migration ${String(migration.version).padStart(4, '0')}_${migration.name}\n` +
+    migration
+      .statements(names)
+      .map((s) => `${s};`)
+      .join('\n--> statement-breakpoint\n') +
+    '\n'
+  );
 }

@@ -63,13 +63,21 @@ export function createOutcomeRecorder(): OutcomeRecorder {
     },
     waitFor(messageId, options = {}) {
       const what = `message ${messageId}${options.status ? ` with status ${options.status}` : ''}`;
-      return until(() => outcomes.find((o) => o.messageId === messageId && (options.status === undefined || o.status === options.status)), options.timeoutMs ?? 10_000, what);
+      return until(
+        () => outcomes.find((o) => o.messageId === messageId && (options.status === undefined || o.status === options.status)),
+        options.timeoutMs ?? 10_000,
+        what,
+      );
     },
     waitForCount(count, filter = () => true, timeoutMs = 10_000) {
-      return until(() => {
-        const matching = outcomes.filter(filter);
-        return matching.length >= count ? matching : undefined;
-      }, timeoutMs, `${count} outcomes`);
+      return until(
+        () => {
+          const matching = outcomes.filter(filter);
+          return matching.length >= count ? matching : undefined;
+        },
+        timeoutMs,
+        `${count} outcomes`,
+      );
     },
     counts() {
       const counts: Partial<Record<InboxStatus, number>> = {};

@@ -23,7 +23,12 @@ export function sqsClient(): SQSClient {
 }
 
 /** Creates a uniquely named queue (FIFO when `fifo`), returns its URL and ARN. */
-export async function createQueue(client: SQSClient, prefix: string, attributes: Record<string, string> = {}, fifo = false): Promise<{ url: string; arn: string }> {
+export async function createQueue(
+  client: SQSClient,
+  prefix: string,
+  attributes: Record<string, string> = {},
+  fifo = false,
+): Promise<{ url: string; arn: string }> {
   const name = uniqueName(prefix).replace(/_/g, '-') + (fifo ? '.fifo' : '');
   const { QueueUrl } = await client.send(new CreateQueueCommand({ QueueName: name, Attributes: { ...attributes, ...(fifo ? { FifoQueue: 'true' } : {}) } }));
   const { Attributes } = await client.send(new GetQueueAttributesCommand({ QueueUrl, AttributeNames: ['QueueArn'] }));
@@ -31,7 +36,12 @@ export async function createQueue(client: SQSClient, prefix: string, attributes:
 }
 
 /** Sends one message; `id` goes into the `message-id` attribute. */
-export async function send(client: SQSClient, queueUrl: string, body: unknown, options: { id?: string; group?: string; dedup?: string; attributes?: Record<string, MessageAttributeValue> } = {}): Promise<string> {
+export async function send(
+  client: SQSClient,
+  queueUrl: string,
+  body: unknown,
+  options: { id?: string; group?: string; dedup?: string; attributes?: Record<string, MessageAttributeValue> } = {},
+): Promise<string> {
   const attributes: Record<string, MessageAttributeValue> = { ...options.attributes };
   if (options.id !== undefined) attributes['message-id'] = { DataType: 'String', StringValue: options.id };
   const result = await client.send(
@@ -49,9 +59,16 @@ export async function send(client: SQSClient, queueUrl: string, body: unknown, o
 /** Messages in the queue: visible, in flight and delayed. */
 export async function queueDepth(client: SQSClient, queueUrl: string): Promise<number> {
   const { Attributes = {} } = await client.send(
-    new GetQueueAttributesCommand({ QueueUrl: queueUrl, AttributeNames: ['ApproximateNumberOfMessages', 'ApproximateNumberOfMessagesNotVisible', 'ApproximateNumberOfMessagesDelayed'] }),
+    new GetQueueAttributesCommand({
+      QueueUrl: queueUrl,
+      AttributeNames: ['ApproximateNumberOfMessages', 'ApproximateNumberOfMessagesNotVisible', 'ApproximateNumberOfMessagesDelayed'],
+    }),
   );
-  return Number(Attributes.ApproximateNumberOfMessages ?? 0) + Number(Attributes.ApproximateNumberOfMessagesNotVisible ?? 0) + Number(Attributes.ApproximateNumberOfMessagesDelayed ?? 0);
+  return (
+    Number(Attributes.ApproximateNumberOfMessages ?? 0) +
+    Number(Attributes.ApproximateNumberOfMessagesNotVisible ?? 0) +
+    Number(Attributes.ApproximateNumberOfMessagesDelayed ?? 0)
+  );
 }
 
 /** Receives (and leaves invisible for a minute) everything currently visible in a queue, e.g. a DLQ. */
@@ -60,7 +77,14 @@ export async function receiveAll(client: SQSClient, queueUrl: string, expected: 
   const deadline = Date.now() + timeoutMs;
   while (out.length < expected && Date.now() < deadline) {
     const { Messages = [] } = await client.send(
-      new ReceiveMessageCommand({ QueueUrl: queueUrl, MaxNumberOfMessages: 10, WaitTimeSeconds: 1, VisibilityTimeout: 60, MessageAttributeNames: ['All'], MessageSystemAttributeNames: ['All'] }),
+      new ReceiveMessageCommand({
+        QueueUrl: queueUrl,
+        MaxNumberOfMessages: 10,
+        WaitTimeSeconds: 1,
+        VisibilityTimeout: 60,
+        MessageAttributeNames: ['All'],
+        MessageSystemAttributeNames: ['All'],
+      }),
     );
     out.push(...Messages);
   }
@@ -102,7 +126,13 @@ export function sqsTestContext(): SqsTestContext {
     }) as Handler,
     /** A `withInbox` processor on the test schema; backoff 1 s doubling, no jitter. */
     inbox(handler: Handler = ctx.insertEffect, extra: Record<string, unknown> = {}) {
-      return withInbox(handler as never, { db: ctx.t.db, consumer: 'notifications', tables: { schema: ctx.t.schema }, backoff: { baseDelayMs: 1000, jitter: 'none' }, ...extra });
+      return withInbox(handler as never, {
+        db: ctx.t.db,
+        consumer: 'notifications',
+        tables: { schema: ctx.t.schema },
+        backoff: { baseDelayMs: 1000, jitter: 'none' },
+        ...extra,
+      });
     },
     /** Creates, tracks and starts a consumer (1 s long polls, errors collected). */
     async start(options: Partial<SqsConsumerOptions> & Pick<SqsConsumerOptions, 'queueUrl' | 'handler'>, client: SQSClient = ctx.client): Promise<SqsConsumer> {
