@@ -1,5 +1,8 @@
+import { type } from 'arktype';
 import { DRIVERS, type TestDatabase } from '@inboxed/test-support';
+import * as v from 'valibot';
 import { beforeEach, describe, expect, it } from 'vitest';
+import { z } from 'zod';
 import { useMigratedDatabase } from './__tests__/migrated-database.js';
 import { InboxErrorCodes } from './errors.js';
 import type { StandardSchemaV1 } from './standard-schema.js';
@@ -110,5 +113,37 @@ describe('the schema option at construction', () => {
     const invalid = expect.objectContaining({ code: InboxErrorCodes.INVALID_OPTIONS });
     expect(() => withInbox(async () => {}, { db, consumer: 'c', schema: { parse: () => 1 } as never })).toThrowError(invalid);
     expect(() => withInbox(async () => {}, { db, consumer: 'c', schema: OrderSchema, parse: (v: unknown) => v as Order })).toThrowError(invalid);
+  });
+});
+
+describe('real Standard Schema libraries', () => {
+  const database = useMigratedDatabase('pglite');
+  const zodOrder = z.object({ id: z.string(), amountCents: z.coerce.number().int() });
+  const valibotOrder = v.object({ id: v.string(), amountCents: v.pipe(v.union([v.string(), v.number()]), v.transform(Number), v.integer()) });
+  const arktypeOrder = type({ id: 'string', amountCents: 'string.integer.parse | number.integer' });
+
+  it.each([
+    ['zod', zodOrder],
+    ['valibot', valibotOrder],
+    ['arktype', arktypeOrder],
+  ] as const)('%s: valid payloads reach the handler as the schema output; invalid ones are dead-lettered with issues', async (_label, schema) => {
+    const seen: Order[] = [];
+    const process = withInbox(
+      async (message) => {
+        seen.push({ id: message.payload.id, amountCents: message.payload.amountCents });
+      },
+      { ...database.options(), schema },
+    );
+    expect(await process({ id: 'ok', payload: { id: 'o-1', amountCents: '1299' } })).toMatchObject({ status: 'processed' });
+    expect(seen).toEqual([{ id: 'o-1', amountCents: 1299 }]);
+    const invalid = await process({ id: 'bad', payload: { amountCents: 'x' } });
+    expect(invalid).toMatchObject({ status: 'dead-letter', reason: 'validation-failed' });
+    expect(invalid.error?.details.issues).toEqual(expect.arrayContaining([expect.objectContaining({ path: 'id' })]));
+  });
+
+  it("zod's parse is accepted as the parse option, as is", async () => {
+    const process = withInbox(async (message) => void message.payload.amountCents.toFixed(), { ...database.options(), parse: zodOrder.parse });
+    expect(await process({ id: 'p', payload: { id: 'o-2', amountCents: 5 } })).toMatchObject({ status: 'processed' });
+    expect(await process({ id: 'q', payload: { id: 2 } })).toMatchObject({ status: 'dead-letter', reason: 'validation-failed' });
   });
 });
