@@ -18,6 +18,8 @@ export const InboxErrorCodes = {
   VALIDATION_FAILED: 'VALIDATION_FAILED',
   /** The handler threw a retryable error; the transaction was rolled back. */
   HANDLER_FAILED: 'HANDLER_FAILED',
+  /** The handler ran longer than `handlerTimeoutMs`; its transaction was rolled back. Counted. */
+  HANDLER_TIMEOUT: 'HANDLER_TIMEOUT',
   /**
    * A statement in the handler failed and the handler carried on (caught the error) and returned:
    * PostgreSQL had already aborted the transaction, so nothing of it, not even the inbox row, commits.
@@ -49,6 +51,10 @@ export const InboxErrorCodes = {
   INBOX_QUERY_FAILED: 'INBOX_QUERY_FAILED',
   /** inboxed itself failed unexpectedly (a bug: please report it). The message is retried, not counted. */
   INTERNAL_ERROR: 'INTERNAL_ERROR',
+  /** A processor threw instead of resolving to an outcome (a middleware's bug). The delivery is retried, not counted. */
+  PROCESSOR_THREW: 'PROCESSOR_THREW',
+  /** A consumer's `stop()` gave up waiting for deliveries in flight after `stopTimeoutMs`; they are redelivered. */
+  STOP_TIMEOUT: 'STOP_TIMEOUT',
   /** An option passed to inboxed is invalid. Thrown synchronously at construction time. */
   INVALID_OPTIONS: 'INVALID_OPTIONS',
   /** A table or schema name is not a plain SQL identifier. */

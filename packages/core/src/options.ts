@@ -69,6 +69,14 @@ export interface InboxOptions<TDb extends AnyPgDatabase, TPayload = unknown> {
   lockTimeoutMs?: number | null;
   /** Transparent re-runs of a transaction hit by a serialization failure or deadlock. Default 5. */
   transactionRetries?: number;
+  /**
+   * How long a handler may run, in ms. At the deadline `context.signal` fires; when the handler
+   * settles, its transaction is rolled back and the attempt counts as failed (`HANDLER_TIMEOUT`). On
+   * node-postgres a handler that ignores the signal for another `handlerTimeoutMs` has its connection
+   * cut (its later statements fail) and is abandoned; on other drivers it is waited for, because its
+   * later statements would otherwise run outside the transaction. Default: no limit (`null`).
+   */
+  handlerTimeoutMs?: number | null;
   /** Isolation level of the inbox transaction. Default: the database default (read committed). */
   isolationLevel?: 'read uncommitted' | 'read committed' | 'repeatable read' | 'serializable';
 }
@@ -87,6 +95,7 @@ export interface ResolvedOptions<TDb extends AnyPgDatabase, TPayload> {
   isPermanent: (error: unknown) => boolean;
   lockTimeoutMs: number | null;
   transactionRetries: number;
+  handlerTimeoutMs: number | null;
   isolationLevel: InboxOptions<TDb, TPayload>['isolationLevel'];
 }
 
@@ -156,6 +165,8 @@ export function resolveOptions<TDb extends AnyPgDatabase, TPayload>(options: Inb
   }
   const transactionRetries = options.transactionRetries ?? 5;
   if (!isInteger(transactionRetries, 0, 100)) invalid('options.transactionRetries must be an integer from 0 to 100');
+  const handlerTimeoutMs = options.handlerTimeoutMs ?? null;
+  if (handlerTimeoutMs !== null && !isInteger(handlerTimeoutMs, 1, PG_INT_MAX)) invalid(`options.handlerTimeoutMs must be an integer from 1 to ${PG_INT_MAX} (milliseconds), or null`);
   const { isolationLevel } = options;
   if (isolationLevel !== undefined && !ISOLATION_LEVELS.has(isolationLevel)) {
     invalid(`options.isolationLevel must be one of ${[...ISOLATION_LEVELS].map((l) => `'${l}'`).join(', ')}`);
@@ -191,6 +202,7 @@ export function resolveOptions<TDb extends AnyPgDatabase, TPayload>(options: Inb
     isPermanent: (error) => (error instanceof Error && PERMANENT_ERROR_NAMES.has(error.name)) || (userIsPermanent?.(error) ?? false),
     lockTimeoutMs,
     transactionRetries,
+    handlerTimeoutMs,
     isolationLevel,
   };
 }

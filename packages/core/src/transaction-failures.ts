@@ -1,5 +1,6 @@
 import { classifyDatabaseError, isIdleInTransactionTimeout, isInFailedTransaction } from './database-errors.js';
 import { describeError } from './error-text.js';
+import { InboxErrorCodes, isInboxError } from './errors.js';
 import { CLAIM_LOST_MARKER, InboxStatementError } from './inbox-store.js';
 
 /**
@@ -68,6 +69,8 @@ export function bodyFailure(error: unknown, connectionProblem?: unknown): Transa
     const kind = claimFailure(error.original);
     return kind.kind === 'busy' ? { kind: 'inbox-query', error: error.original } : kind;
   }
+  // A timed-out handler is counted whatever happened to its connection (it may have been cut on purpose).
+  if (isInboxError(error) && error.code === InboxErrorCodes.HANDLER_TIMEOUT) return { kind: 'handler', error };
   if (connectionProblem !== undefined) return brokenConnectionFailure(error, connectionProblem);
   if (classifyDatabaseError(error) === 'transient-conflict') return { kind: 'conflict', error, counted: true };
   return { kind: 'handler', error };

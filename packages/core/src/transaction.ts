@@ -15,9 +15,11 @@ export interface TransactionPlan<TDb extends AnyPgDatabase, T> {
   /**
    * Runs after the claim, in the same transaction, with the ids this transaction claimed. It may
    * throw: what the handler throws is the handler's failure. The transaction then checks that every
-   * claimed row is still there, in a transaction still open, and commits.
+   * claimed row is still there, in a transaction still open, and commits. `abandon`, when the
+   * driver offers it, cuts the transaction's connection so a hung handler's later statements fail
+   * (see `runWithDeadline`).
    */
-  body: (tx: TransactionOf<TDb>, claimed: Set<string>) => Promise<T>;
+  body: (tx: TransactionOf<TDb>, claimed: Set<string>, abandon?: () => void) => Promise<T>;
 }
 
 /** @internal The committed value, or why nothing committed. Never a thrown error. */

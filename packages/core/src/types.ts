@@ -77,6 +77,8 @@ export const OutcomeReasons = {
   INBOX_QUERY_FAILED: 'inbox-query-failed',
   /** `retry`: inboxed itself failed unexpectedly (a bug); not counted. */
   INTERNAL_ERROR: 'internal-error',
+  /** `retry`: a processor threw instead of resolving to an outcome (a wrapper's bug); not counted. */
+  PROCESSOR_THREW: 'processor-threw',
   /** `duplicate`: a second copy of the same id inside one batch. */
   DUPLICATE_IN_BATCH: 'duplicate-in-batch',
 } as const;
@@ -186,11 +188,30 @@ export interface HandlerContext {
   consumer: string;
   /** The broker's delivery attempt (1 when unknown). */
   attempt: number;
+  /**
+   * Fires when the handler should stop: at `handlerTimeoutMs`, or when the consumer is stopping.
+   * Pass it on (`fetch(url, { signal })`) and return soon after it fires. A handler that times out
+   * is a counted failure (`HANDLER_TIMEOUT`) whatever it returns: its transaction is rolled back.
+   */
+  signal: AbortSignal;
 }
+
+/** What a broker adapter passes with a delivery. */
+export interface ProcessOptions {
+  /** Fires when the consumer stops; handed to the handler through `context.signal`. */
+  signal?: AbortSignal;
+}
+
+/**
+ * Outcomes an adapter decides itself, without calling the processor (no message id, a body that
+ * does not parse): adapters report them here so that a processor's observers (the outcome recorder,
+ * metrics) see every delivery, not only those that reached the processor.
+ */
+export type OutcomeObserver = (outcome: InboxOutcome) => void;
 
 /** A per-message processor built by {@link withInbox}, ready to hand to a broker adapter. */
 export interface InboxProcessor {
-  (message: InboxMessage): Promise<InboxOutcome>;
+  (message: InboxMessage, options?: ProcessOptions): Promise<InboxOutcome>;
   /** Distinguishes a per-message processor from a batch one for adapters. */
   readonly kind: 'single';
   /** The consumer (dedup scope) this processor writes under. */
@@ -202,15 +223,19 @@ export interface InboxProcessor {
    * A wrapper around a processor must forward it.
    */
   checkTables(): Promise<void>;
+  /** Adapters call it with every outcome they decide without the processor; see {@link OutcomeObserver}. A no-op unless a wrapper observes. */
+  observe: OutcomeObserver;
 }
 
 /** A batch processor built by {@link withInboxBatch}: outcomes come back in input order. */
 export interface InboxBatchProcessor {
-  (messages: readonly InboxMessage[]): Promise<InboxOutcome[]>;
+  (messages: readonly InboxMessage[], options?: ProcessOptions): Promise<InboxOutcome[]>;
   readonly kind: 'batch';
   readonly consumer: string;
   /** See {@link InboxProcessor.checkTables}. */
   checkTables(): Promise<void>;
+  /** See {@link InboxProcessor.observe}. */
+  observe: OutcomeObserver;
 }
 
 /** Either kind of processor; adapters accept both. */

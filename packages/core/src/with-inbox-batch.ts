@@ -5,6 +5,7 @@ import { InboxStatementError, InboxStore } from './inbox-store.js';
 import { assertHandler, resolveOptions, type InboxOptions, type ResolvedOptions } from './options.js';
 import { isOutcome, outcomeOfExisting, prepareMessage, type KnownRow, type PreparedMessage } from './prepare.js';
 import { rejectionReason } from './rejection.js';
+import { runWithDeadline } from './handler-deadline.js';
 import { runInboxTransaction } from './transaction.js';
 import type { HandlerResult } from './with-inbox.js';
 import { isCounted } from './transaction-failures.js';
@@ -15,6 +16,7 @@ import {
   type InboxBatchProcessor,
   type InboxMessage,
   type InboxOutcome,
+  type ProcessOptions,
   type Rejection,
   type TransactionOf,
 } from './types.js';
@@ -23,6 +25,8 @@ import {
 export interface BatchHandlerContext {
   /** The consumer (dedup scope). */
   consumer: string;
+  /** Fires at `handlerTimeoutMs` or when the consumer stops; see {@link HandlerContext.signal}. */
+  signal: AbortSignal;
 }
 
 /**
@@ -106,7 +110,7 @@ export function withInboxBatch<TDb extends AnyPgDatabase, TPayload = unknown>(
   const general = resolved as unknown as ResolvedOptions<AnyPgDatabase, unknown>;
 
   /** One transaction for `slots`. */
-  function runTransaction(slots: Slot<TPayload>[], lockTimeoutMs: number | null) {
+  function runTransaction(slots: Slot<TPayload>[], lockTimeoutMs: number | null, signal: AbortSignal | undefined) {
     // Sorted claims take index locks in one global order, so overlapping batches cannot deadlock each other.
     const sorted = [...slots].sort((a, b) => (a.prepared.message.id < b.prepared.message.id ? -1 : 1));
     const rows = sorted.map(({ prepared: { message, fingerprint } }) => ({
@@ -118,7 +122,7 @@ export function withInboxBatch<TDb extends AnyPgDatabase, TPayload = unknown>(
     return runInboxTransaction(resolved, store, {
       rows,
       lockTimeoutMs,
-      body: async (tx, claimed): Promise<Committed> => {
+      body: async (tx, claimed, abandon): Promise<Committed> => {
         const committed: Committed = { outcomes: new Map(), rows: new Map() };
         const fresh = slots.filter((slot) => claimed.has(slot.prepared.message.id));
         const known = slots.filter((slot) => !claimed.has(slot.prepared.message.id));
@@ -135,10 +139,16 @@ export function withInboxBatch<TDb extends AnyPgDatabase, TPayload = unknown>(
           }
         }
         if (fresh.length > 0) {
-          const rejections = await handler(
-            fresh.map((slot) => slot.prepared.message),
-            tx,
-            { consumer },
+          const rejections = await runWithDeadline(
+            resolved.handlerTimeoutMs,
+            signal,
+            async (signal) =>
+              handler(
+                fresh.map((slot) => slot.prepared.message),
+                tx,
+                { consumer, signal },
+              ),
+            abandon,
           );
           for (const {
             index,
@@ -171,9 +181,9 @@ export function withInboxBatch<TDb extends AnyPgDatabase, TPayload = unknown>(
     slots: Slot<TPayload>[],
     into: (InboxOutcome | undefined)[],
     stored: Map<string, KnownRow>,
-    wait: { lockTimeoutMs: number | null; busyUntil?: number },
+    wait: { lockTimeoutMs: number | null; busyUntil?: number; signal: AbortSignal | undefined },
   ): Promise<void> {
-    const result = await runTransaction(slots, wait.lockTimeoutMs);
+    const result = await runTransaction(slots, wait.lockTimeoutMs, wait.signal);
     if (result.ok) {
       for (const [index, outcome] of result.value.outcomes) into[index] = outcome;
       for (const [id, row] of result.value.rows) stored.set(id, row);
@@ -195,7 +205,7 @@ export function withInboxBatch<TDb extends AnyPgDatabase, TPayload = unknown>(
     await isolate(slots.slice(middle), into, stored, wait);
   }
 
-  async function process(deliveries: readonly InboxMessage[], outcomes: (InboxOutcome | undefined)[]): Promise<void> {
+  async function process(deliveries: readonly InboxMessage[], outcomes: (InboxOutcome | undefined)[], signal: AbortSignal | undefined): Promise<void> {
     const leaders = new Map<string, Slot<TPayload>>();
     const copies: Slot<TPayload>[] = [];
     for (const [index, delivery] of deliveries.entries()) {
@@ -209,18 +219,18 @@ export function withInboxBatch<TDb extends AnyPgDatabase, TPayload = unknown>(
       }
     }
     const stored = new Map<string, KnownRow>();
-    if (leaders.size > 0) await isolate([...leaders.values()], outcomes, stored, { lockTimeoutMs: resolved.lockTimeoutMs });
+    if (leaders.size > 0) await isolate([...leaders.values()], outcomes, stored, { lockTimeoutMs: resolved.lockTimeoutMs, signal });
     for (const { index, prepared } of copies) {
       const leader = leaders.get(prepared.message.id)!;
       outcomes[index] = outcomeOfCopy(general, prepared as PreparedMessage<unknown>, outcomes[leader.index]!, stored.get(prepared.message.id));
     }
   }
 
-  const processor = async (deliveries: readonly InboxMessage[]): Promise<InboxOutcome[]> => {
+  const processor = async (deliveries: readonly InboxMessage[], options?: ProcessOptions): Promise<InboxOutcome[]> => {
     if (!Array.isArray(deliveries)) throw new InboxError(InboxErrorCodes.INVALID_OPTIONS, 'a batch processor takes an array of messages');
     const outcomes: (InboxOutcome | undefined)[] = new Array(deliveries.length);
     try {
-      await process(deliveries, outcomes);
+      await process(deliveries, outcomes, options?.signal);
     } catch (error) {
       // Outcomes already decided (some sub-batches may have committed) are kept; only the rest are retried.
       for (let index = 0; index < deliveries.length; index++) outcomes[index] ??= internalFailure(general, deliveries[index], error);
@@ -228,5 +238,5 @@ export function withInboxBatch<TDb extends AnyPgDatabase, TPayload = unknown>(
     return outcomes as InboxOutcome[];
   };
   const checkTables = () => checkInboxTables(resolved.db, resolved.tables, consumer);
-  return Object.assign(processor, { kind: 'batch' as const, consumer, checkTables });
+  return Object.assign(processor, { kind: 'batch' as const, consumer, checkTables, observe: () => {} });
 }

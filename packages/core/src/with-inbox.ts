@@ -5,6 +5,7 @@ import { assertHandler, resolveOptions, type InboxOptions, type ResolvedOptions 
 import { isOutcome, outcomeOfExisting, prepareMessage } from './prepare.js';
 import { rejectionReason } from './rejection.js';
 import { runInboxTransaction } from './transaction.js';
+import { runWithDeadline } from './handler-deadline.js';
 import {
   isRejection,
   type AnyPgDatabase,
@@ -12,6 +13,7 @@ import {
   type InboxMessage,
   type InboxOutcome,
   type InboxProcessor,
+  type ProcessOptions,
   type Rejection,
   type TransactionOf,
 } from './types.js';
@@ -61,35 +63,41 @@ export function withInbox<TDb extends AnyPgDatabase, TPayload = unknown>(
   const store = new InboxStore(resolved.tables, resolved.consumer);
   const { consumer } = resolved;
 
-  async function process(delivery: InboxMessage): Promise<InboxOutcome> {
+  async function process(delivery: InboxMessage, options: ProcessOptions | undefined): Promise<InboxOutcome> {
     const prepared = await prepareMessage(resolved, delivery);
     if (isOutcome(prepared)) return prepared;
     const { message, fingerprint } = prepared;
-    const context: HandlerContext = { consumer, attempt: message.attempt ?? 1 };
+    const attempt = message.attempt ?? 1;
     const row = { messageId: message.id, fingerprint, source: message.source, receivedAt: message.receivedAt };
     const result = await runInboxTransaction(resolved, store, {
       rows: [row],
       lockTimeoutMs: resolved.lockTimeoutMs,
-      body: async (tx, claimed): Promise<InboxOutcome> => {
+      body: async (tx, claimed, abandon): Promise<InboxOutcome> => {
         if (!claimed.has(message.id)) {
           const existing = (await store.find(tx, [message.id])).get(message.id);
           // Gone between the conflict and the read: only retention could do that. Let the broker retry.
           if (existing === undefined) throw new InboxStatementError('find', new Error('inbox row vanished between claim and read'));
           return outcomeOfExisting(general, message, fingerprint, existing);
         }
-        const returned = await handler(message, tx, context);
+        const returned = await runWithDeadline(
+          resolved.handlerTimeoutMs,
+          options?.signal,
+          async (signal) => handler(message, tx, { consumer, attempt, signal } satisfies HandlerContext),
+          abandon,
+        );
         if (isRejection(returned)) {
           const reason = rejectionReason(returned);
           await store.markRejected(tx, message.id, reason);
-          return { status: 'rejected', messageId: message.id, consumer, reason, attempt: context.attempt };
+          return { status: 'rejected', messageId: message.id, consumer, reason, attempt };
         }
-        return { status: 'processed', messageId: message.id, consumer, attempt: context.attempt };
+        return { status: 'processed', messageId: message.id, consumer, attempt };
       },
     });
     return result.ok ? result.value : outcomeOfFailure(general, store, message, result.failure);
   }
 
-  const processor = (delivery: InboxMessage): Promise<InboxOutcome> => process(delivery).catch((error: unknown) => internalFailure(general, delivery, error));
+  const processor = (delivery: InboxMessage, options?: ProcessOptions): Promise<InboxOutcome> =>
+    process(delivery, options).catch((error: unknown) => internalFailure(general, delivery, error));
   const checkTables = () => checkInboxTables(resolved.db, resolved.tables, consumer);
-  return Object.assign(processor, { kind: 'single' as const, consumer, checkTables });
+  return Object.assign(processor, { kind: 'single' as const, consumer, checkTables, observe: () => {} });
 }

@@ -121,6 +121,7 @@ export async function nodePostgresTransaction<TDb extends AnyPgDatabase, T>(
   };
   client.on('error', onError);
   let failure: TransactionFailure | undefined;
+  let abandoned = false;
   try {
     const quote = (value: string) => client.escapeLiteral(value);
     const begin = options.isolationLevel === undefined ? 'begin' : `begin isolation level ${options.isolationLevel}`;
@@ -142,10 +143,20 @@ export async function nodePostgresTransaction<TDb extends AnyPgDatabase, T>(
     });
     const clientSession = new NodePgSession(handlerClient as never, session.dialect as never, session.schema as never, session.options as never);
     const tx = new NodePgTransaction(session.dialect as never, clientSession, session.schema as never);
+    // A handler past its deadline that ignores its signal: cut the connection under it, so its
+    // later statements fail instead of running on a connection the pool hands to someone else.
+    const abandon = () => {
+      abandoned = true;
+      client.release(new Error('handler abandoned after handlerTimeoutMs'));
+    };
     let value: T;
     try {
-      value = await plan.body(tx as TransactionOf<TDb>, claimed);
+      value = await plan.body(tx as TransactionOf<TDb>, claimed, abandon);
     } catch (error) {
+      if (abandoned) {
+        failure = bodyFailure(error);
+        return { ok: false, failure };
+      }
       // A dead connection rolls back on the server anyway; a failed ROLLBACK tells us it is dead.
       const problem = firstOf(await rollback(client), connectionProblem);
       failure = bodyFailure(error, problem);
@@ -169,7 +180,9 @@ export async function nodePostgresTransaction<TDb extends AnyPgDatabase, T>(
     return { ok: true, value };
   } finally {
     client.removeListener('error', onError);
-    const discard = connectionProblem ?? (failure?.kind === 'outage' || failure?.kind === 'ended' ? (failure.error ?? new Error('discarded')) : undefined);
-    client.release(discard);
+    if (!abandoned) {
+      const discard = connectionProblem ?? (failure?.kind === 'outage' || failure?.kind === 'ended' ? (failure.error ?? new Error('discarded')) : undefined);
+      client.release(discard);
+    }
   }
 }

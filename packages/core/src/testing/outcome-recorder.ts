@@ -59,7 +59,13 @@ export function createOutcomeRecorder(): OutcomeRecorder {
             record(result);
             return result;
           });
-      return wrapped as P;
+      // Outcomes the consumer decides itself (no id, unparseable body) never reach the processor.
+      return Object.assign(wrapped, {
+        observe: (outcome: InboxOutcome) => {
+          record(outcome);
+          processor.observe(outcome);
+        },
+      }) as P;
     },
     waitFor(messageId, options = {}) {
       const what = `message ${messageId}${options.status ? ` with status ${options.status}` : ''}`;

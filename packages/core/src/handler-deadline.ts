@@ -1,0 +1,60 @@
+import { InboxError, InboxErrorCodes } from './errors.js';
+
+/** @internal The handler ran past `handlerTimeoutMs`. Counted as a failed attempt (`HANDLER_TIMEOUT`). */
+export function handlerTimeoutError(timeoutMs: number, cause?: unknown): InboxError {
+  return new InboxError(
+    InboxErrorCodes.HANDLER_TIMEOUT,
+    `the handler ran longer than handlerTimeoutMs (${timeoutMs} ms); its transaction was rolled back`,
+    cause === undefined ? { details: { timeoutMs } } : { cause, details: { timeoutMs } },
+  );
+}
+
+/**
+ * @internal Runs a handler call under `timeoutMs` with one signal that fires at the deadline or
+ * when `outer` (the consumer stopping) does.
+ *
+ * At the deadline the signal fires, and the call is waited for: a handler must never keep writing
+ * through a transaction that was already ended (with postgres-js, a leaked transaction's later
+ * statements would run outside any transaction). Once it settles, whatever it returned, the result
+ * is a timeout. Only when `abandon` is given (a driver that can cut the handler's connection, so its
+ * later statements fail) and the handler ignores the signal for another `timeoutMs`, is it
+ * abandoned: the connection is cut and the timeout thrown without waiting further.
+ */
+export async function runWithDeadline<T>(
+  timeoutMs: number | null,
+  outer: AbortSignal | undefined,
+  call: (signal: AbortSignal) => Promise<T>,
+  abandon?: () => void,
+): Promise<T> {
+  if (timeoutMs === null) return call(outer ?? new AbortController().signal);
+  const deadline = new AbortController();
+  const signal = outer === undefined ? deadline.signal : AbortSignal.any([deadline.signal, outer]);
+  let timedOut = false;
+  let hung: NodeJS.Timeout | undefined;
+  let abandoned: ((error: unknown) => void) | undefined;
+  const timer = setTimeout(() => {
+    timedOut = true;
+    deadline.abort(handlerTimeoutError(timeoutMs));
+    if (abandon !== undefined) {
+      hung = setTimeout(() => {
+        abandon();
+        abandoned?.(handlerTimeoutError(timeoutMs));
+      }, timeoutMs);
+    }
+  }, timeoutMs);
+  const running = call(signal);
+  const settled = abandon === undefined ? running : Promise.race([running, new Promise<never>((_, reject) => (abandoned = reject))]);
+  let result: { ok: true; value: T } | { ok: false; error: unknown };
+  try {
+    result = { ok: true, value: await settled };
+  } catch (error) {
+    result = { ok: false, error };
+  } finally {
+    clearTimeout(timer);
+    clearTimeout(hung);
+    running.catch(() => {}); // an abandoned call may still reject later; it has been accounted for
+  }
+  if (timedOut) throw handlerTimeoutError(timeoutMs, result.ok ? undefined : result.error);
+  if (!result.ok) throw result.error;
+  return result.value;
+}

@@ -1,0 +1,112 @@
+import { DRIVERS, type TestDatabase } from '@inboxed/test-support';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { beforeEach, describe, expect, it } from 'vitest';
+import { useMigratedDatabase } from './__tests__/migrated-database.js';
+import { InboxErrorCodes } from './errors.js';
+import type { InboxMessage } from './types.js';
+import { withInbox } from './with-inbox.js';
+import { withInboxBatch } from './with-inbox-batch.js';
+
+describe.each(DRIVERS)('handlerTimeoutMs on %s', (driver) => {
+  const database = useMigratedDatabase(driver, { poolSize: 4 });
+  let t: TestDatabase;
+  beforeEach(() => {
+    t = database.t;
+  });
+  const attempts = () => t.query<{ attempts: number; last_error_code: string }>(`select attempts, last_error_code from "${t.schema}".inbox_attempts`);
+
+  it('a handler that stops when its signal fires is a counted HANDLER_TIMEOUT; nothing it wrote commits', async () => {
+    const process = withInbox(
+      async (message: InboxMessage, tx: any, { signal }) => {
+        await tx.insert(t.effects).values({ messageId: message.id });
+        await sleep(5_000, undefined, { signal }).catch(() => {});
+        expect(signal.aborted).toBe(true);
+      },
+      database.options({ handlerTimeoutMs: 100 }),
+    );
+    const outcome = await process({ id: 'slow', payload: {} });
+    expect(outcome).toMatchObject({ status: 'retry', reason: 'handler-failed', attempt: 1 });
+    expect(outcome.error?.code).toBe(InboxErrorCodes.HANDLER_TIMEOUT);
+    expect(await attempts()).toEqual([{ attempts: 1, last_error_code: InboxErrorCodes.HANDLER_TIMEOUT }]);
+    expect(await t.countEffects()).toBe(0);
+  });
+
+  it('a handler that ignores its signal is not cut off mid-write: what it writes after the deadline is rolled back with the rest', async () => {
+    let afterDeadline = false;
+    const process = withInbox(
+      async (message: InboxMessage, tx: any) => {
+        await sleep(150); // past the deadline, ignoring the signal
+        afterDeadline = true;
+        await tx.insert(t.effects).values({ messageId: message.id });
+      },
+      database.options({ handlerTimeoutMs: 100 }),
+    );
+    const outcome = await process({ id: 'stubborn', payload: {} });
+    expect(outcome.error?.code).toBe(InboxErrorCodes.HANDLER_TIMEOUT);
+    expect(afterDeadline).toBe(true);
+    expect(await t.countEffects()).toBe(0);
+    expect(await t.query(`select * from "${t.schema}".inbox`)).toEqual([]);
+  });
+
+  it('the consumer stopping fires the signal without failing the message; a fast handler is unaffected', async () => {
+    const stop = new AbortController();
+    const seen: boolean[] = [];
+    const process = withInbox(
+      async (message: InboxMessage, tx: any, { signal }) => {
+        seen.push(signal.aborted);
+        await tx.insert(t.effects).values({ messageId: message.id });
+      },
+      database.options({ handlerTimeoutMs: 5_000 }),
+    );
+    expect(await process({ id: 'fast', payload: {} }, { signal: stop.signal })).toMatchObject({ status: 'processed' });
+    stop.abort();
+    expect(await process({ id: 'while-stopping', payload: {} }, { signal: stop.signal })).toMatchObject({ status: 'processed' });
+    expect(seen).toEqual([false, true]);
+  });
+
+  it('withInboxBatch: a batch handler past the deadline is counted for its messages, split down to singles', async () => {
+    const process = withInboxBatch(
+      async (messages: InboxMessage[], _tx: any, { signal }) => {
+        if (messages.some((m) => m.id === 'slow')) await sleep(5_000, undefined, { signal }).catch(() => {});
+      },
+      database.options({ handlerTimeoutMs: 100 }),
+    );
+    const outcomes = await process(['a', 'slow', 'b'].map((id) => ({ id, payload: {} })));
+    expect(outcomes.map((o) => [o.messageId, o.status, o.error?.code])).toEqual([
+      ['a', 'processed', undefined],
+      ['slow', 'retry', InboxErrorCodes.HANDLER_TIMEOUT],
+      ['b', 'processed', undefined],
+    ]);
+  });
+
+  if (driver === 'node-postgres') {
+    it('node-postgres: a handler that hangs past a second deadline is abandoned; its connection is cut, so its later writes fail', async () => {
+      let release!: () => void;
+      const hung = new Promise<void>((resolve) => (release = resolve));
+      let lateWrite: unknown;
+      const process = withInbox(
+        async (message: InboxMessage, tx: any) => {
+          await hung;
+          try {
+            await tx.insert(t.effects).values({ messageId: message.id });
+            lateWrite = 'committed?';
+          } catch (error) {
+            lateWrite = error;
+          }
+        },
+        database.options({ handlerTimeoutMs: 100 }),
+      );
+      const started = Date.now();
+      const outcome = await process({ id: 'hung', payload: {} });
+      expect(Date.now() - started).toBeLessThan(2_000);
+      expect(outcome.error?.code).toBe(InboxErrorCodes.HANDLER_TIMEOUT);
+      release();
+      await sleep(100);
+      expect(lateWrite).toBeInstanceOf(Error);
+      expect(await t.countEffects()).toBe(0);
+      // The pool still works: the cut connection was discarded, not reused.
+      const next = withInbox(async (message: InboxMessage, tx: any) => void (await tx.insert(t.effects).values({ messageId: message.id })), database.options());
+      expect(await next({ id: 'after', payload: {} })).toMatchObject({ status: 'processed' });
+    });
+  }
+});
