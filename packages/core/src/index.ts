@@ -3,9 +3,12 @@
  * message id, the handler's effect in your PostgreSQL database commits at most once, and every
  * delivery ends as an outcome your broker adapter acts on (ack, retry later, or dead-letter).
  *
+ * Broker adapters are built on `@inboxed/core/adapter`; the Drizzle tables alone are
+ * `@inboxed/core/schema`; test helpers are `@inboxed/core/testing`.
+ *
  * @packageDocumentation
  */
-export { withInbox, type InboxHandler } from './with-inbox.js';
+export { withInbox, type InboxHandler, type HandlerResult } from './with-inbox.js';
 export { withInboxBatch, type InboxBatchHandler, type BatchHandlerContext, type BatchRejections } from './with-inbox-batch.js';
 export type { InboxOptions } from './options.js';
 export { wrapProcessor, type ProcessorMiddleware, type BatchProcessorMiddleware } from './wrap-processor.js';
@@ -31,6 +34,8 @@ export {
   type OutcomeReason,
   type Rejection,
   type HandlerContext,
+  type ProcessOptions,
+  type OutcomeObserver,
   type InboxProcessor,
   type InboxBatchProcessor,
   type AnyInboxProcessor,
@@ -46,20 +51,9 @@ export {
   type InboxErrorDetails,
   type InboxErrorOptions,
 } from './errors.js';
-export { fingerprintMessage, fingerprintValue, type FingerprintOption } from './fingerprint.js';
-export { checkMessageId, MAX_MESSAGE_ID_BYTES } from './message-id.js';
-export { backoffDelay, type BackoffOptions } from './backoff.js';
-export { classifyDatabaseError, type DatabaseFailure } from './database-errors.js';
-export {
-  createInboxTables,
-  inboxTable,
-  inboxAttemptsTable,
-  type CreatedInboxTables,
-  type InboxTableNames,
-  type InboxTables,
-} from './schema.js';
+export { fingerprintMessage, type FingerprintOption } from './fingerprint.js';
+export { MAX_MESSAGE_ID_BYTES } from './message-id.js';
+export type { BackoffOptions } from './backoff.js';
+export { createInboxTables, inboxTable, inboxAttemptsTable, type CreatedInboxTables, type InboxTableNames, type InboxTables } from './schema.js';
 export { migrate, type MigrateResult } from './migrations/migrate.js';
 export { purgeInbox, type PurgeOptions } from './retention.js';
-export { migrations, renderMigrationSql, type Migration } from './migrations/migrations.js';
-export { sleep } from './backoff.js';
-export * from './adapter/index.js';

@@ -15,17 +15,17 @@ const retry = (reason: string, code = 'DATABASE_UNAVAILABLE'): InboxOutcome => (
 describe('ConsumerEventEmitter', () => {
   it('turns infrastructure retries into error events: the first at once, then one per interval per reason with a count', () => {
     let now = 0;
-    const events = new ConsumerEventEmitter(() => now);
+    const events = new ConsumerEventEmitter(undefined, () => now);
     const errors: InboxError[] = [];
     events.on('error', (error) => errors.push(error));
-    for (let i = 0; i < 5; i++) events.emitOutcome(retry('database-unavailable'));
-    events.emitOutcome(retry('inbox-table-missing', 'INBOX_TABLE_MISSING'));
+    for (let i = 0; i < 5; i++) events.emitOutcome(retry('database-unavailable'), new Date(0));
+    events.emitOutcome(retry('inbox-table-missing', 'INBOX_TABLE_MISSING'), new Date(0));
     expect(errors.map((e) => [e.code, e.details.retriesSinceLastReport])).toEqual([
       ['DATABASE_UNAVAILABLE', 1],
       ['INBOX_TABLE_MISSING', 1],
     ]);
     now += INFRASTRUCTURE_ERROR_INTERVAL_MS;
-    events.emitOutcome(retry('database-unavailable'));
+    events.emitOutcome(retry('database-unavailable'), new Date(0));
     expect(errors.map((e) => [e.code, e.details.retriesSinceLastReport])).toEqual([
       ['DATABASE_UNAVAILABLE', 1],
       ['INBOX_TABLE_MISSING', 1],
@@ -38,8 +38,8 @@ describe('ConsumerEventEmitter', () => {
     const events = new ConsumerEventEmitter();
     const errors: InboxError[] = [];
     events.on('error', (error) => errors.push(error));
-    events.emitOutcome(retry('handler-failed', 'HANDLER_FAILED'));
-    events.emitOutcome(retry('in-progress', 'LOCK_TIMEOUT'));
+    events.emitOutcome(retry('handler-failed', 'HANDLER_FAILED'), new Date(0));
+    events.emitOutcome(retry('in-progress', 'LOCK_TIMEOUT'), new Date(0));
     expect(errors).toEqual([]);
   });
 });

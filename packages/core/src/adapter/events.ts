@@ -1,21 +1,37 @@
 import { EventEmitter } from 'node:events';
+import { describeError } from '../error-text.js';
 import { InboxError } from '../errors.js';
 import { OutcomeReasons, type InboxOutcome } from '../types.js';
+import { defaultLogger, type InboxLogger } from './logger.js';
+
+/** How long a delivery took, on every outcome event. */
+export interface DeliveryTiming {
+  /** When the consumer received the delivery from the broker. */
+  receivedAt: Date;
+  /** When it was settled with the broker (acked, committed, deleted, or its retry/dead-letter copy confirmed). */
+  settledAt: Date;
+  /** `settledAt - receivedAt`, in ms. */
+  durationMs: number;
+}
 
 /** Events every broker consumer emits, with the same names and payloads across adapters. */
 export interface ConsumerEvents {
-  /** A delivery's effect committed (`processed` or `rejected`). */
-  message_processed: [outcome: InboxOutcome];
-  /** A redelivery was acked without running the handler. */
-  duplicate: [outcome: InboxOutcome];
+  /** A delivery's effect committed (`processed` or `rejected`) and the delivery was settled. */
+  message_processed: [outcome: InboxOutcome, timing: DeliveryTiming];
+  /** A redelivery was settled without running the handler. */
+  duplicate: [outcome: InboxOutcome, timing: DeliveryTiming];
   /** A delivery will be redelivered after `outcome.retryAfterMs`. */
-  retry: [outcome: InboxOutcome];
+  retry: [outcome: InboxOutcome, timing: DeliveryTiming];
   /** A delivery was dead-lettered (`dead-letter` or `conflict`); `destination` says where. */
-  dead_letter: [outcome: InboxOutcome, destination: string];
+  dead_letter: [outcome: InboxOutcome, destination: string, timing: DeliveryTiming];
   /** Something went wrong outside a single message (connection, ack, publish). Never swallowed. */
   error: [error: InboxError];
   /** The consumer reconnected after losing its connection. */
   reconnect: [info: { attempt: number; delayMs: number }];
+  /** `start()` finished: the consumer takes deliveries. */
+  started: [];
+  /** `stop()` finished: nothing is in flight any more (or `stopTimeoutMs` passed). */
+  stopped: [];
 }
 
 /**
@@ -29,18 +45,29 @@ const INFRASTRUCTURE_REASONS = new Set<string>([
   OutcomeReasons.INBOX_QUERY_FAILED,
   OutcomeReasons.TRANSACTION_CONFLICT,
   OutcomeReasons.INTERNAL_ERROR,
+  OutcomeReasons.PROCESSOR_THREW,
 ]);
 
 /** The shortest gap between two `error` events for the same infrastructure reason. */
 export const INFRASTRUCTURE_ERROR_INTERVAL_MS = 30_000;
 
-/** A typed event emitter for {@link ConsumerEvents}. */
+/**
+ * A typed event emitter for {@link ConsumerEvents}, shared by every adapter. It also keeps what a
+ * health probe reads from events: when a delivery last settled, and the last error.
+ */
 export class ConsumerEventEmitter {
   private readonly emitter = new EventEmitter();
   /** Per infrastructure reason: when it was last reported, and how many retries since. */
   private readonly infrastructure = new Map<string, { reportedAt: number; since: number }>();
+  /** When a delivery last settled with the broker. */
+  lastSettledAt: Date | undefined;
+  /** The last `error` emitted. */
+  lastError: { code: string; message: string; at: Date } | undefined;
 
-  constructor(private readonly now: () => number = Date.now) {}
+  constructor(
+    readonly logger: InboxLogger = defaultLogger,
+    private readonly now: () => number = Date.now,
+  ) {}
 
   /** Subscribes to an event. Returns a function that unsubscribes. */
   on<K extends keyof ConsumerEvents>(event: K, listener: (...args: ConsumerEvents[K]) => void): () => void {
@@ -49,39 +76,47 @@ export class ConsumerEventEmitter {
   }
 
   /**
-   * Emits an event. An `error` with no listener is written to stderr rather than thrown (throwing
-   * would crash the consumer loop) or dropped (errors are never swallowed silently). A listener
-   * that throws is reported the same way instead of breaking the adapter.
+   * Emits an event. An `error` with no listener goes to the logger (by default one stderr line)
+   * rather than being thrown (that would crash the consumer loop) or dropped (errors are never
+   * swallowed silently). A listener that throws is logged the same way instead of breaking the adapter.
    */
   emit<K extends keyof ConsumerEvents>(event: K, ...args: ConsumerEvents[K]): void {
-    if (event === 'error' && this.emitter.listenerCount('error') === 0) {
-      console.error('[inboxed] unhandled consumer error (add an "error" listener):', args[0]);
-      return;
+    if (event === 'error') {
+      const error = args[0] as InboxError;
+      this.lastError = { code: String(error.code), message: error.message, at: new Date(this.now()) };
+      if (this.emitter.listenerCount('error') === 0) {
+        this.logger.error({ err: error, code: error.code }, 'consumer error (add an "error" listener to handle it)');
+        return;
+      }
     }
     try {
       this.emitter.emit(event, ...args);
     } catch (error) {
-      console.error(`[inboxed] a "${event}" listener threw:`, error);
+      this.logger.error({ err: error, event }, `a "${event}" listener threw: ${describeError(error)}`);
     }
   }
 
-  /** Emits the event that matches an outcome's status. */
-  emitOutcome(outcome: InboxOutcome, deadLetterDestination = 'dead-letter'): void {
+  /** Emits the event that matches a settled outcome's status, with its timing. */
+  emitOutcome(outcome: InboxOutcome, receivedAt: Date, deadLetterDestination = 'dead-letter'): void {
+    const settledAt = new Date(this.now());
+    this.lastSettledAt = settledAt;
+    const timing: DeliveryTiming = { receivedAt, settledAt, durationMs: settledAt.getTime() - receivedAt.getTime() };
+    this.logger.debug({ messageId: outcome.messageId, status: outcome.status, reason: outcome.reason, durationMs: timing.durationMs }, 'settled');
     switch (outcome.status) {
       case 'processed':
       case 'rejected':
-        this.emit('message_processed', outcome);
+        this.emit('message_processed', outcome, timing);
         break;
       case 'duplicate':
-        this.emit('duplicate', outcome);
+        this.emit('duplicate', outcome, timing);
         break;
       case 'retry':
-        this.emit('retry', outcome);
+        this.emit('retry', outcome, timing);
         this.reportInfrastructure(outcome);
         break;
       case 'dead-letter':
       case 'conflict':
-        this.emit('dead_letter', outcome, deadLetterDestination);
+        this.emit('dead_letter', outcome, deadLetterDestination, timing);
         break;
     }
   }

@@ -5,6 +5,9 @@ export const UNPARSEABLE_BODY = 'UNPARSEABLE_BODY';
 /** Outcome reason for {@link UNPARSEABLE_BODY}. */
 export const UNPARSEABLE_BODY_REASON = 'unparseable-body';
 
+/** How a consumer decodes bodies: `'json'`, `'content-type'` (JSON when the content type says so, else bytes) or `'raw'` bytes. */
+export type PayloadMode = 'json' | 'content-type' | 'raw';
+
 /** A decoded body, or why it could not be decoded. */
 export type DecodedPayload = { ok: true; payload: unknown } | { ok: false; error: InboxError };
 
@@ -23,7 +26,7 @@ export function isJsonContentType(contentType: string | undefined): boolean {
  * An unparseable JSON body is an `UNPARSEABLE_BODY` error, to be dead-lettered with reason
  * `unparseable-body`: retrying cannot make it parse.
  */
-export function decodePayload(body: Buffer | string | null | undefined, mode: 'json' | 'content-type' | 'raw', contentType?: string): DecodedPayload {
+export function decodePayload(body: Buffer | string | null | undefined, mode: PayloadMode, contentType?: string): DecodedPayload {
   const buffer = body === null || body === undefined ? Buffer.alloc(0) : typeof body === 'string' ? Buffer.from(body, 'utf8') : body;
   if (mode === 'raw' || (mode === 'content-type' && !isJsonContentType(contentType))) return { ok: true, payload: buffer };
   try {

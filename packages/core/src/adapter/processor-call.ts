@@ -1,0 +1,64 @@
+import { backoffDelay } from '../backoff.js';
+import { describeError } from '../error-text.js';
+import { InboxError, InboxErrorCodes } from '../errors.js';
+import { isBatchProcessor, OutcomeReasons, type AnyInboxProcessor, type InboxMessage, type InboxOutcome } from '../types.js';
+import type { ConsumerEventEmitter } from './events.js';
+
+/** The outcome of a delivery whose processor threw: retried (not counted), never lost or acked. */
+function processorThrew(processor: AnyInboxProcessor, message: InboxMessage, error: InboxError): InboxOutcome {
+  return {
+    status: 'retry',
+    messageId: typeof message.id === 'string' ? message.id : String(message.id),
+    consumer: processor.consumer,
+    reason: OutcomeReasons.PROCESSOR_THREW,
+    error,
+    attempt: message.attempt ?? 1,
+    retryAfterMs: backoffDelay(message.attempt ?? 1),
+  };
+}
+
+/**
+ * Runs a processor on deliveries, with the one rule every adapter follows when it breaks its
+ * contract: a processor that throws (a middleware's bug; inboxed's own never do), or a batch
+ * processor that returns the wrong number of outcomes, leaves those deliveries `retry` with reason
+ * `processor-threw` (`PROCESSOR_THREW`, not counted), never acked. The `error` event comes from
+ * `emitOutcome` when the retry is settled, rate-limited like every infrastructure retry, so a
+ * middleware that throws on every message raises one event per interval, not one per message.
+ * Per-message processors run concurrently; a batch processor gets all messages at once.
+ */
+export async function callProcessor(
+  processor: AnyInboxProcessor,
+  messages: readonly InboxMessage[],
+  signal: AbortSignal | undefined,
+  events: ConsumerEventEmitter,
+): Promise<InboxOutcome[]> {
+  const options = signal === undefined ? undefined : { signal };
+  const broken = (problem: string, cause?: unknown, about: readonly InboxMessage[] = messages) => {
+    const error = new InboxError(InboxErrorCodes.PROCESSOR_THREW, `the processor ${problem} (it must resolve to one outcome per message)`, {
+      ...(cause === undefined ? {} : { cause }),
+      messageIds: about.map((m) => String(m.id)),
+    });
+    events.logger.warn({ err: error, code: error.code, messageIds: error.messageIds }, error.message);
+    return error;
+  };
+  if (isBatchProcessor(processor)) {
+    try {
+      const outcomes = await processor(messages, options);
+      if (Array.isArray(outcomes) && outcomes.length === messages.length) return outcomes;
+      const error = broken(`returned ${Array.isArray(outcomes) ? outcomes.length : 'no'} outcomes for ${messages.length} messages`);
+      return messages.map((message, i) => (Array.isArray(outcomes) ? outcomes[i] : undefined) ?? processorThrew(processor, message, error));
+    } catch (cause) {
+      const error = broken(`threw: ${describeError(cause)}`, cause);
+      return messages.map((message) => processorThrew(processor, message, error));
+    }
+  }
+  return Promise.all(
+    messages.map(async (message) => {
+      try {
+        return await processor(message, options);
+      } catch (cause) {
+        return processorThrew(processor, message, broken(`threw: ${describeError(cause)}`, cause, [message]));
+      }
+    }),
+  );
+}
