@@ -26,6 +26,7 @@ export default defineConfig({
       'packages/*/vitest.config.ts',
       'test/vitest.config.ts',
       'test/package/vitest.config.ts',
+      'test/soak/vitest.config.ts',
       ...POSTGRES_MAJORS.map((major) => ({
         root: 'packages/core',
         resolve: { conditions: ['@inboxed/source'] },

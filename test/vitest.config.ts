@@ -5,7 +5,7 @@ export default defineProject({
   ssr: { resolve: { conditions: ['@inboxed/source'] } },
   test: {
     name: 'system',
-    include: ['fault/**/*.test.ts', 'soak/**/*.test.ts', 'docs/**/*.test.ts'],
+    include: ['fault/**/*.test.ts', 'soak/core-soak.test.ts', 'docs/**/*.test.ts'],
     globalSetup: ['./support/postgres-setup.ts'],
     testTimeout: 120_000,
     hookTimeout: 60_000,
