@@ -218,6 +218,9 @@ export function conformanceSuite(name: string, createHarness: () => BrokerHarnes
       const first = await start(slow, { stopTimeoutMs: 10_000 });
       await recorder.waitForCount(10, (o) => o.status === 'processed', 30_000);
       await first.stop();
+      // A graceful stop settles what it committed: the broker still holds exactly the rest.
+      const appliedAtStop = Object.keys(await effects()).length;
+      await waitFor('the broker to hold exactly the uncommitted messages', async () => (await h.pending()) === ids.length - appliedAtStop, 15_000);
       const second = await start(processor());
       await waitFor('every message applied', async () => Object.keys(await effects()).length === ids.length, 60_000);
       await second.stop();

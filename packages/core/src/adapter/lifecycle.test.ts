@@ -9,11 +9,15 @@ import type { InboxLogger } from './logger.js';
 function fakeBroker() {
   const calls: string[] = [];
   let connected = false;
-  const knobs: { beginFails?: Error; quiesceFails?: Error; beginGate?: Promise<void> } = {};
+  const knobs: { beginFails?: Error; quiesceFails?: Error; beginGate?: Promise<void>; beginHangsUntilAborted?: boolean } = {};
   const hooks: LifecycleHooks = {
-    async begin() {
+    async begin(signal) {
       calls.push('begin');
       await knobs.beginGate;
+      if (knobs.beginHangsUntilAborted) {
+        if (!signal.aborted) await new Promise((resolve) => signal.addEventListener('abort', resolve));
+        throw new Error('start abandoned: the consumer is stopping');
+      }
       if (knobs.beginFails !== undefined) throw knobs.beginFails;
       connected = true;
     },
@@ -99,6 +103,18 @@ describe('ConsumerLifecycle', () => {
     await stopped;
     expect(lifecycle.state).toBe('stopped');
     expect(broker.calls).toEqual(['begin', 'quiesce', 'end']);
+  });
+
+  it('stop() during a start stuck on the broker aborts the start instead of waiting for it', async () => {
+    const { broker, lifecycle, seen } = setup();
+    broker.knobs.beginHangsUntilAborted = true;
+    const started = lifecycle.start();
+    const rejected = expect(started).rejects.toThrow('start abandoned');
+    await lifecycle.stop();
+    await rejected;
+    expect(lifecycle.state).toBe('stopped');
+    expect(broker.calls).toEqual(['begin']);
+    expect(seen).toEqual([]);
   });
 
   it('refuses start() while stop() is running, with a typed error', async () => {

@@ -6,8 +6,12 @@ import type { InFlight } from './in-flight.js';
 
 /** What an adapter plugs into the shared lifecycle: how to start and stop its broker side. */
 export interface LifecycleHooks {
-  /** Connects and starts consuming; rejects when that fails (the consumer is then `stopped`). */
-  begin(): Promise<void>;
+  /**
+   * Connects and starts consuming; rejects when that fails (the consumer is then `stopped`).
+   * `signal` fires when `stop()` is called before the start finished: give up (reject) soon after,
+   * closing what was opened, so a start stuck on an unreachable broker does not hold up `stop()`.
+   */
+  begin(signal: AbortSignal): Promise<void>;
   /** Stops taking deliveries (cancel, pause, stop polling); the lifecycle then drains what is in flight. */
   quiesce(): Promise<void>;
   /** Disconnects, after the drain (or after `stopTimeoutMs`). */
@@ -56,7 +60,7 @@ export class ConsumerLifecycle {
     }
     this.state = 'starting';
     this.stopping = new AbortController();
-    this.starting = this.hooks.begin().then(
+    this.starting = this.hooks.begin(this.stopping.signal).then(
       () => {
         this.starting = undefined;
         if (this.state === 'starting') {
@@ -94,9 +98,15 @@ export class ConsumerLifecycle {
   }
 
   private async drainAndEnd(): Promise<void> {
-    await this.starting?.catch(() => undefined);
-    this.state = 'stopping';
     this.stopping.abort();
+    if (this.starting !== undefined) {
+      const started = await this.starting.then(
+        () => true,
+        () => false,
+      );
+      if (!started) return; // begin() gave up (or failed) and closed what it opened: nothing to stop
+    }
+    this.state = 'stopping';
     try {
       await this.hooks.quiesce();
     } catch (error) {
