@@ -60,8 +60,7 @@ export function conformanceSuite(name: string, createHarness: () => BrokerHarnes
       const rows = await t.query<{ message_id: string; n: number }>(`select message_id, count(*)::int as n from "${t.schema}".effects group by 1 order by 1`);
       return Object.fromEntries(rows.map((r) => [r.message_id, Number(r.n)]));
     };
-    const deadLetterFor = (id: string) =>
-      waitFor(`a dead-letter of ${id}`, async () => (await h.deadLetters()).find((d) => d.id === id), 30_000);
+    const deadLetterFor = (id: string) => waitFor(`a dead-letter of ${id}`, async () => (await h.deadLetters()).find((d) => d.id === id), 30_000);
 
     it('a message delivered three times has one effect: processed once, acknowledged as a duplicate twice', async () => {
       await h.publish([1, 2, 3].map(() => ({ id: 'dup-1', payload: { amount: 10 } })));

@@ -113,13 +113,21 @@ export async function soak(createHarness: () => BrokerHarness): Promise<SoakSumm
     await publishing;
     expect(crashed, 'a worker exited on its own').toEqual([]);
 
-    await waitFor('every unique id applied and nothing left unsettled', async () => (await countEffects()) >= plan.ids.length && (await h.pending()) === 0, SETTLE_TIMEOUT_MS);
+    await waitFor(
+      'every unique id applied and nothing left unsettled',
+      async () => (await countEffects()) >= plan.ids.length && (await h.pending()) === 0,
+      SETTLE_TIMEOUT_MS,
+    );
     const rows = await t.query<{ message_id: string; n: number }>(`select message_id, count(*)::int as n from "${t.schema}".effects group by 1`);
     const appliedTwice = rows.filter((r) => Number(r.n) !== 1).map((r) => r.message_id);
     expect(appliedTwice, 'ids applied more than once').toEqual([]);
     expect(rows.map((r) => r.message_id).sort()).toEqual([...plan.ids].sort());
     const deadLetters = await h.deadLetters();
-    for (const id of plan.conflictIds) expect(deadLetters.find((d) => d.id === id && d.reason === 'payload-mismatch'), `conflict ${id} dead-lettered`).toBeDefined();
+    for (const id of plan.conflictIds)
+      expect(
+        deadLetters.find((d) => d.id === id && d.reason === 'payload-mismatch'),
+        `conflict ${id} dead-lettered`,
+      ).toBeDefined();
     expect(deadLetters.filter((d) => d.reason !== 'payload-mismatch')).toEqual([]);
     expect(kills).toBeGreaterThanOrEqual(MIN_KILLS);
     expect(await h.pending()).toBe(0);
