@@ -1,17 +1,18 @@
 import { describeError, InboxError, isInboxError } from '@inboxed/core';
 
 /**
- * Error codes raised by `@inboxed/amqp`, next to the core's {@link InboxErrorCodes}. They reach
+ * Error codes raised by `@inboxed/amqp`, next to the core's `InboxErrorCodes` (shared concepts such
+ * as `STOP_TIMEOUT`, `PROCESSOR_THREW` or `INBOX_TABLE_MISSING` keep their core code). They reach
  * you through the consumer's `error` event or a rejected `start()`; switch on `error.code`.
  */
 export const AmqpErrorCodes = {
-  /** The first connection (or its channels) could not be opened; `start()` rejects with it. */
+  /** The first connection (or its channels, or the topology) could not be opened; `start()` rejects with it. */
   CONNECT_FAILED: 'AMQP_CONNECT_FAILED',
-  /** The connection or a channel closed under a running consumer; it reconnects with backoff. */
+  /** The connection or a channel closed under a running consumer (or a reconnect attempt failed); it reconnects with backoff. */
   CONNECTION_LOST: 'AMQP_CONNECTION_LOST',
   /** Asserting or checking the work queue, retry queues or dead-letter target failed. */
   TOPOLOGY_FAILED: 'AMQP_TOPOLOGY_FAILED',
-  /** Publishing a retry or dead-letter copy was not confirmed; the original was requeued, not acked. */
+  /** A retry or dead-letter copy was not confirmed by the broker; the original was requeued, not acked. */
   PUBLISH_FAILED: 'AMQP_PUBLISH_FAILED',
   /** A retry or dead-letter copy was returned as unroutable (its queue or exchange is missing); the original was requeued. */
   UNROUTABLE: 'AMQP_UNROUTABLE',
@@ -19,16 +20,15 @@ export const AmqpErrorCodes = {
   ACK_FAILED: 'AMQP_ACK_FAILED',
   /** The broker cancelled the consumer (queue deleted, node failover); the consumer re-subscribes. */
   CONSUMER_CANCELLED: 'AMQP_CONSUMER_CANCELLED',
-  /** `stop()` gave up waiting for in-flight handlers after `stopTimeoutMs`; their deliveries are redelivered later. */
-  STOP_TIMEOUT: 'AMQP_STOP_TIMEOUT',
 } as const;
 
 /** A code from {@link AmqpErrorCodes}. */
 export type AmqpErrorCode = (typeof AmqpErrorCodes)[keyof typeof AmqpErrorCodes];
 
 /**
- * The one place that turns amqplib errors into {@link InboxError}s: keeps amqplib's `code`,
- * `classId` and `methodId` (e.g. 404 NOT_FOUND, 406 PRECONDITION_FAILED) in `details`.
+ * @internal The one place that turns amqplib errors into `InboxError`s: keeps amqplib's `code`,
+ * `classId` and `methodId` (e.g. 404 NOT_FOUND, 406 PRECONDITION_FAILED) in `details`, the
+ * original error in `cause`. An `InboxError` that already has `code` is returned as is.
  */
 export function toAmqpError(
   code: AmqpErrorCode,
@@ -44,7 +44,7 @@ export function toAmqpError(
   if (broker.methodId !== undefined) details.amqpMethodId = broker.methodId;
   return new InboxError(code, cause === undefined ? text : `${text}: ${describeError(cause)}`, {
     cause,
-    messageIds: context.messageIds,
+    ...(context.messageIds === undefined ? {} : { messageIds: context.messageIds }),
     details,
   });
 }

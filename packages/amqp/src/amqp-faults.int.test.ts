@@ -1,138 +1,112 @@
-import { spawn, type ChildProcess } from 'node:child_process';
-import { fileURLToPath } from 'node:url';
-import { databaseUrl, waitFor } from '@inboxed/test-support';
-import { withInbox } from '@inboxed/core';
+import type { ConsumerStatus, InboxLogger } from '@inboxed/core/adapter';
+import { waitFor } from '@inboxed/test-support';
+import amqp from 'amqplib';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { createAmqpFixture, type AmqpFixture } from '../test/amqp-fixture.js';
-import { amqpUrl } from '../test/amqp-test-broker.js';
+import { type AmqpTestKit, createAmqpTestKit } from '../test/amqp-test-kit.js';
 
 const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
-describe('RabbitMQ faults: crashes, server-side disconnects, stop under load', () => {
-  let f: AmqpFixture;
-  let child: ChildProcess | undefined;
+// RabbitMQ faults the conformance suite does not cover: the server closing the connection, and
+// the broker cancelling the consumer.
+describe('RabbitMQ faults: server-side disconnects, consumer cancel notifications', () => {
+  let k: AmqpTestKit;
   beforeEach(async () => {
-    f = await createAmqpFixture('amqp_fault');
+    k = await createAmqpTestKit('amqp_fault');
   });
   afterEach(async () => {
-    child?.kill('SIGKILL');
-    child = undefined;
-    await f.close();
+    await k.close();
   });
 
-  it('SIGKILL after the commit and before the ack: the redelivery is a duplicate, exactly 1 effect', async () => {
-    await f.broker.publish(f.queue, { orderId: 1 }, { messageId: 'crash-1' });
-    const script = fileURLToPath(new URL('../test/amqp-crash-consumer.ts', import.meta.url));
-    child = spawn(process.execPath, ['--conditions=@inboxed/source', '--import', 'tsx', script], {
-      cwd: fileURLToPath(new URL('..', import.meta.url)),
-      env: { ...process.env, AMQP_URL: amqpUrl(), DATABASE_URL: databaseUrl(), SCHEMA: f.t.schema, QUEUE: f.queue },
-      stdio: ['ignore', 'pipe', 'inherit'],
-    });
-    let output = '';
-    child.stdout!.on('data', (chunk) => (output += String(chunk)));
-    await waitFor('the child to commit', () => output.includes('committed crash-1 processed'), 30_000);
-    // Committed in PostgreSQL, not yet acked in RabbitMQ.
-    expect(await f.t.countEffects('crash-1')).toBe(1);
-    const exited = new Promise((resolve) => child!.once('exit', resolve));
-    child.kill('SIGKILL');
-    await exited;
-    child = undefined;
-
-    // Restart (in this process, on the same inbox): the broker redelivers the unacked message.
-    const restarted = f.consume({
-      handler: f.recorder.wrap(
-        withInbox(
-          async (message, tx: any) => {
-            await tx.insert(f.t.effects).values({ messageId: message.id });
-          },
-          { db: f.t.db, consumer: 'crash-consumer', tables: { schema: f.t.schema } },
-        ),
-      ),
-    });
-    await restarted.start();
-    const outcome = await f.recorder.waitFor('crash-1', { timeoutMs: 20_000 });
-    await restarted.stop();
-    expect(outcome.status).toBe('duplicate');
-    expect(await f.t.countEffects('crash-1')).toBe(1);
-    expect(await f.broker.depth(f.queue)).toBe(0);
-  });
-
-  it('the server closes the connection mid-stream: the consumer reconnects and every message is processed exactly once', async () => {
+  it('the server closes the connection mid-stream: state reconnecting, then running again; every message processed exactly once', async () => {
     const total = 300;
-    const consumer = f.consume({
-      handler: f.processor(() => sleep(5)),
-      prefetch: 16,
-      connectionName: `${f.queue}-conn`,
-      reconnect: { baseDelayMs: 100, maxDelayMs: 1000 },
-    });
+    const warnings: string[] = [];
+    const logger: InboxLogger = { debug() {}, info() {}, warn: (_fields, message) => void warnings.push(String(message)), error() {} };
+    const consumer = k.consume(
+      k.processor(() => sleep(5)),
+      { prefetch: 16, connectionName: `${k.h.queue}-conn`, logger },
+    );
     const reconnects: number[] = [];
+    const whileLost: ConsumerStatus[] = [];
     consumer.on('reconnect', ({ attempt }) => reconnects.push(attempt));
+    consumer.on('error', (error) => {
+      if (error.code === 'AMQP_CONNECTION_LOST') whileLost.push(consumer.status());
+    });
     await consumer.start();
-    for (let i = 0; i < total; i++)
-      f.broker.channel.sendToQueue(f.queue, Buffer.from(JSON.stringify({ n: i })), { messageId: `m-${i}`, contentType: 'application/json', persistent: true });
-    await f.broker.channel.waitForConfirms();
+    await k.h.publish(Array.from({ length: total }, (_, i) => ({ id: `m-${i}`, payload: { n: i } })));
 
-    await f.recorder.waitForCount(50, (o) => o.status === 'processed', 30_000);
-    expect(await f.broker.closeConnectionsNamed(`${f.queue}-conn`)).toBe(1);
+    await k.recorder.waitForCount(50, (o) => o.status === 'processed', 30_000);
+    expect(await k.h.closeConnectionsNamed(`${k.h.queue}-conn`)).toBe(1);
     await waitFor('a reconnect', () => reconnects.length > 0, 30_000);
-    await waitFor('every message processed', async () => (await f.effectsPerMessage()).size === total, 60_000);
-    await waitFor('the queue to drain', async () => (await f.broker.depth(f.queue)) === 0, 30_000);
+    expect(whileLost[0]).toMatchObject({ state: 'reconnecting', connected: false, consuming: false });
+    expect(warnings).toContain('connection lost; reconnecting');
+    expect(consumer.status()).toMatchObject({ state: 'running', connected: true, consuming: true, lastError: { code: 'AMQP_CONNECTION_LOST' } });
+    await waitFor('every message processed', async () => (await k.effectsPerMessage()).size === total, 60_000);
+    await waitFor('everything settled', async () => (await k.h.pending()) === 0, 30_000);
     await consumer.stop();
 
-    const perMessage = await f.effectsPerMessage();
+    const perMessage = await k.effectsPerMessage();
     expect(perMessage.size).toBe(total);
     expect([...perMessage.values()].every((n) => n === 1)).toBe(true);
-    expect(await f.t.countEffects()).toBe(total);
-    expect(f.recorder.counts().processed).toBe(total);
-    expect(await f.broker.depth(f.queue)).toBe(0);
-    expect(consumer.status).toBe('stopped');
-  });
-
-  it('stop() under load loses and doubles nothing; a restarted consumer finishes the rest exactly once', async () => {
-    const total = 400;
-    const first = f.consume({ handler: f.processor(() => sleep(10)), prefetch: 32 });
-    await first.start();
-    for (let i = 0; i < total; i++)
-      f.broker.channel.sendToQueue(f.queue, Buffer.from(JSON.stringify({ n: i })), { messageId: `s-${i}`, contentType: 'application/json', persistent: true });
-    await f.broker.channel.waitForConfirms();
-    await f.recorder.waitForCount(60, (o) => o.status === 'processed', 30_000);
-    await first.stop();
-
-    // Everything committed was acked, everything else is back in the queue: nothing in between.
-    const committed = await f.t.countEffects();
-    expect(committed).toBeGreaterThanOrEqual(60);
-    expect(committed).toBeLessThan(total);
-    expect(f.recorder.counts().processed).toBe(committed);
-    expect(await f.broker.depth(f.queue)).toBe(total - committed);
-
-    const second = f.consume({ handler: f.processor() });
-    await second.start();
-    await waitFor('the rest processed', async () => (await f.t.countEffects()) === total, 60_000);
-    await waitFor('the queue to drain', async () => (await f.broker.depth(f.queue)) === 0, 30_000);
-    await second.stop();
-    const perMessage = await f.effectsPerMessage();
-    expect(perMessage.size).toBe(total);
-    expect([...perMessage.values()].every((n) => n === 1)).toBe(true);
-    expect(f.recorder.counts()).toEqual({ processed: total });
+    expect(k.recorder.counts().processed).toBe(total);
+    expect(consumer.status().state).toBe('stopped');
   });
 
   it('the broker cancels the consumer (queue deleted): it re-subscribes once the queue is back', async () => {
-    const consumer = f.consume({ handler: f.processor(), reconnect: { baseDelayMs: 100, maxDelayMs: 300 } });
+    const consumer = k.consume(k.processor());
     const codes: string[] = [];
     consumer.on('error', (e) => codes.push(String(e.code)));
     let reconnected = false;
     consumer.on('reconnect', () => (reconnected = true));
     await consumer.start();
-    await f.broker.publish(f.queue, { n: 1 }, { messageId: 'before' });
-    await f.recorder.waitFor('before', { status: 'processed' });
-    await f.broker.channel.deleteQueue(f.queue);
+    await k.h.publishRaw({ n: 1 }, { messageId: 'before' });
+    await k.recorder.waitFor('before', { status: 'processed' });
+    await k.h.channel.deleteQueue(k.h.queue);
     await waitFor('the cancel to be noticed', () => codes.includes('AMQP_CONSUMER_CANCELLED'), 20_000);
-    await f.broker.declareQueue(f.queue);
+    expect(consumer.status().consuming).toBe(false);
+    await k.h.channel.assertQueue(k.h.queue, { durable: true });
     await waitFor('a reconnect', () => reconnected, 20_000);
-    await f.broker.publish(f.queue, { n: 2 }, { messageId: 'after' });
-    await f.recorder.waitFor('after', { status: 'processed', timeoutMs: 20_000 });
+    await k.h.publishRaw({ n: 2 }, { messageId: 'after' });
+    await k.recorder.waitFor('after', { status: 'processed', timeoutMs: 20_000 });
+    expect(consumer.status()).toMatchObject({ state: 'running', consuming: true });
     await consumer.stop();
-    expect(await f.t.countEffects()).toBe(2);
-    expect(consumer.status).toBe('stopped');
+    expect(await k.t.countEffects()).toBe(2);
+  });
+
+  it('stop() while reconnecting (the queue is gone, every attempt fails) returns promptly and leaves nothing open', async () => {
+    const consumer = k.consume(k.processor(), { connectionName: `${k.h.queue}-gone`, reconnect: { baseDelayMs: 200, maxDelayMs: 200, jitter: 'none' } });
+    const attempts: string[] = [];
+    consumer.on('error', (e) => attempts.push(e.message));
+    await consumer.start();
+    await k.h.channel.deleteQueue(k.h.queue);
+    await waitFor('two failed reconnect attempts', () => attempts.filter((m) => m.includes('reconnect attempt')).length >= 2, 20_000);
+    expect(consumer.status()).toMatchObject({ state: 'reconnecting', connected: false, consuming: false });
+    const started = Date.now();
+    await consumer.stop();
+    expect(Date.now() - started).toBeLessThan(2000);
+    expect(consumer.status()).toMatchObject({ state: 'stopped', connected: false });
+    expect(await k.h.connectionsNamed(`${k.h.queue}-gone`)).toEqual([]);
+  });
+
+  it("on the caller's recovering connection (amqplib recovery): a server-side close is survived, the connection stays the caller's", async () => {
+    const name = `${k.h.queue}-recovering`;
+    const connection = await amqp.connect(k.h.url, { recovery: { initialDelay: 50, maxDelay: 200 }, clientProperties: { connection_name: name } });
+    connection.on('error', () => {});
+    try {
+      const consumer = k.consume(k.processor(), { url: undefined, connection });
+      const reconnects: number[] = [];
+      consumer.on('reconnect', ({ attempt }) => reconnects.push(attempt));
+      await consumer.start();
+      await k.h.publishRaw({ n: 1 }, { messageId: 'r-1' });
+      await k.recorder.waitFor('r-1', { status: 'processed' });
+      expect(await k.h.closeConnectionsNamed(name)).toBe(1);
+      await waitFor('a reconnect', () => reconnects.length > 0, 20_000);
+      await k.h.publishRaw({ n: 2 }, { messageId: 'r-2' });
+      await k.recorder.waitFor('r-2', { status: 'processed', timeoutMs: 20_000 });
+      await consumer.stop();
+      expect(await k.h.connectionsNamed(name)).toHaveLength(1); // recovered by amqplib, never closed by the consumer
+      expect(await k.t.countEffects()).toBe(2);
+    } finally {
+      await connection.close();
+    }
   });
 });

@@ -1,6 +1,7 @@
 import type { ConsumeMessage } from 'amqplib';
 import { describe, expect, it } from 'vitest';
-import { attemptOf, extractMessageId, toInboxMessage } from './amqp-message.js';
+import { attemptOf, extractMessageId, mapDelivery, resolveMessageId } from './amqp-message.js';
+import { retriedAttempt } from './amqp-retry.js';
 
 function delivery(properties: Partial<ConsumeMessage['properties']>, content = '{"a":1}'): ConsumeMessage {
   return {
@@ -10,29 +11,61 @@ function delivery(properties: Partial<ConsumeMessage['properties']>, content = '
   };
 }
 
+const defaults = resolveMessageId(undefined);
+const context = { queue: 'q', consumer: 'c', payload: 'content-type' as const, messageId: defaults };
+const now = new Date();
+
 describe('AMQP message mapping', () => {
-  it('takes the id from messageId, then x-message-id, then message-id, then the extractor', () => {
-    expect(extractMessageId(delivery({ messageId: 'p', headers: { 'x-message-id': 'h' } }))).toBe('p');
-    expect(extractMessageId(delivery({ headers: { 'x-message-id': 'h', 'message-id': 'm' } }))).toBe('h');
-    expect(extractMessageId(delivery({ headers: { 'message-id': 42 } }))).toBe('42');
-    expect(extractMessageId(delivery({ correlationId: 'c' }), (d) => d.properties.correlationId)).toBe('c');
-    expect(extractMessageId(delivery({}))).toBeUndefined();
+  it('finds the id in the contract order: extract, then the header (default message-id), then properties.messageId', () => {
+    expect(extractMessageId(delivery({ messageId: 'p', headers: { 'message-id': 'h' } }), defaults)).toBe('h');
+    expect(extractMessageId(delivery({ messageId: 'p' }), defaults)).toBe('p');
+    expect(extractMessageId(delivery({ headers: { 'message-id': 42 } }), defaults)).toBe('42');
+    expect(extractMessageId(delivery({ headers: { 'message-id': Buffer.from('b') } }), defaults)).toBe('b');
+    const custom = resolveMessageId({ header: 'x-id', extract: (d) => d.properties.correlationId as string | undefined });
+    expect(extractMessageId(delivery({ correlationId: 'c', headers: { 'x-id': 'h' } }), custom)).toBe('c');
+    expect(extractMessageId(delivery({ headers: { 'x-id': 'h', 'message-id': 'ignored' } }), custom)).toBe('h');
+    expect(extractMessageId(delivery({}), defaults)).toBeUndefined();
   });
 
-  it('counts attempts from the x-inboxed-attempt header of retried copies', () => {
+  it('refuses fallback: RabbitMQ has no per-message id of its own', () => {
+    expect(() => resolveMessageId({ fallback: true })).toThrow(/fallback is not supported/);
+    expect(() => resolveMessageId({ header: '' })).toThrow(/header/);
+  });
+
+  it('counts attempts from the x-inboxed-attempt header of retried copies; only handler failures advance it', () => {
     expect(attemptOf(delivery({}))).toBe(1);
     expect(attemptOf(delivery({ headers: { 'x-inboxed-attempt': 2 } }))).toBe(3);
     expect(attemptOf(delivery({ headers: { 'x-inboxed-attempt': '4' } }))).toBe(5);
     expect(attemptOf(delivery({ headers: { 'x-inboxed-attempt': 'junk' } }))).toBe(1);
+    const third = delivery({ headers: { 'x-inboxed-attempt': 2 } });
+    const retry = (reason: string, attempt?: number) => ({ status: 'retry', messageId: 'm', consumer: 'c', reason, attempt }) as never;
+    expect(retriedAttempt(third, retry('handler-failed', 3))).toBe(3);
+    expect(retriedAttempt(third, retry('database-unavailable', 3))).toBe(2);
+    expect(retriedAttempt(third, retry('processor-threw', 3))).toBe(2);
   });
 
-  it('decodes JSON by content type, passes other bodies as Buffers, dead-letters broken JSON', () => {
-    const context = { queue: 'q', consumer: 'c', payload: 'content-type' as const };
-    const json = toInboxMessage(delivery({ messageId: 'j', contentType: 'application/json' }), context);
-    expect(json).toMatchObject({ message: { id: 'j', payload: { a: 1 }, attempt: 1, source: 'amqp:q' } });
-    const raw = toInboxMessage(delivery({ messageId: 'r' }, 'bytes'), context);
+  it('decodes JSON by content type, passes other bodies as Buffers, dead-letters broken JSON and missing ids itself', () => {
+    expect(mapDelivery(delivery({ messageId: 'j', contentType: 'application/json' }), context, now)).toMatchObject({
+      id: 'j',
+      message: { id: 'j', payload: { a: 1 }, attempt: 1, source: 'amqp:q', receivedAt: now },
+    });
+    const raw = mapDelivery(delivery({ messageId: 'r' }, 'bytes'), context, now);
     expect('message' in raw && Buffer.isBuffer(raw.message.payload)).toBe(true);
-    const broken = toInboxMessage(delivery({ messageId: 'b', contentType: 'application/json' }, '{'), context);
-    expect(broken).toMatchObject({ outcome: { status: 'dead-letter', reason: 'unparseable-body', messageId: 'b' } });
+    expect(mapDelivery(delivery({ messageId: 'b', contentType: 'application/json' }, '{'), context, now)).toMatchObject({
+      outcome: { status: 'dead-letter', reason: 'unparseable-body', messageId: 'b', error: { code: 'UNPARSEABLE_BODY' } },
+    });
+    expect(mapDelivery(delivery({ contentType: 'application/json' }), context, now)).toMatchObject({
+      id: undefined,
+      outcome: { status: 'dead-letter', reason: 'missing-message-id', messageId: '', error: { code: 'INVALID_MESSAGE_ID' } },
+    });
+    const throwing = {
+      ...context,
+      messageId: resolveMessageId({
+        extract: () => {
+          throw new Error('boom');
+        },
+      }),
+    };
+    expect(mapDelivery(delivery({ messageId: 'x' }), throwing, now)).toMatchObject({ outcome: { status: 'dead-letter', reason: 'invalid-message-id' } });
   });
 });

@@ -1,17 +1,48 @@
-import { adapterDeadLetter, decodePayload, UNPARSEABLE_BODY_REASON, type InboxMessage, type InboxOutcome } from '@inboxed/core';
+import { describeError, InboxError, InboxErrorCodes, OutcomeReasons, type InboxMessage, type InboxOutcome } from '@inboxed/core';
+import {
+  adapterDeadLetter,
+  checkMessageId,
+  DeadLetterHeaders,
+  decodePayload,
+  UNPARSEABLE_BODY_REASON,
+  type MessageIdOptions,
+  type PayloadMode,
+} from '@inboxed/core/adapter';
 import type { ConsumeMessage, Message } from 'amqplib';
 
-/** Header carrying the attempt number of a retried copy (the attempt that failed). Shared with dead-letter headers. */
-export const ATTEMPT_HEADER = 'x-inboxed-attempt';
-/** Header naming the queue a dead-lettered or retried copy came from. */
+/** Header carrying the attempt that failed, on a retried copy (the next delivery is that + 1). Shared with dead-letter headers. */
+export const ATTEMPT_HEADER = DeadLetterHeaders.ATTEMPT;
+/** Header naming the queue a retried or dead-lettered copy came from. */
 export const ORIGINAL_QUEUE_HEADER = 'x-inboxed-original-queue';
+/** The header the message id is read from when `messageId.header` is not given. */
+export const DEFAULT_MESSAGE_ID_HEADER = 'message-id';
 
-/** Finds the id of a delivery when `properties.messageId` and the usual headers do not have it. */
-export type MessageIdExtractor = (message: ConsumeMessage) => string | undefined;
+/** How an AMQP consumer finds a delivery's message id: `extract(delivery)`, then the header, then `properties.messageId`. */
+export type AmqpMessageIdOptions = MessageIdOptions<ConsumeMessage, 'header'>;
 
-/** How a delivery's body becomes `InboxMessage.payload`. */
-export type PayloadMode = 'content-type' | 'json' | 'raw';
+/** @internal Message-id options after defaults and validation. */
+export interface ResolvedMessageId {
+  header: string;
+  extract?: (delivery: ConsumeMessage) => string | undefined;
+}
 
+/** @internal Validates `messageId`: RabbitMQ assigns no id of its own that survives redelivery, so `fallback` cannot be honoured. */
+export function resolveMessageId(options: AmqpMessageIdOptions | undefined): ResolvedMessageId {
+  if (options?.fallback === true) {
+    throw new InboxError(
+      InboxErrorCodes.INVALID_OPTIONS,
+      'options.messageId.fallback is not supported by @inboxed/amqp: RabbitMQ assigns no per-message id that survives redelivery (a delivery tag changes every time); give producers a message id',
+    );
+  }
+  const header = options?.header ?? DEFAULT_MESSAGE_ID_HEADER;
+  if (typeof header !== 'string' || header === '') throw new InboxError(InboxErrorCodes.INVALID_OPTIONS, 'options.messageId.header must be a non-empty string');
+  if (options?.extract !== undefined && typeof options.extract !== 'function') {
+    throw new InboxError(InboxErrorCodes.INVALID_OPTIONS, 'options.messageId.extract must be a function');
+  }
+  return { header, ...(options?.extract === undefined ? {} : { extract: options.extract }) };
+}
+
+/** Header values may arrive as strings, numbers or byte buffers (AMQP field tables); an id is their text. */
 function asId(value: unknown): string | undefined {
   if (typeof value === 'string') return value;
   if (typeof value === 'number' || typeof value === 'bigint') return String(value);
@@ -20,59 +51,65 @@ function asId(value: unknown): string | undefined {
 }
 
 /**
- * The producer's message id: `properties.messageId`, else header `x-message-id`, else header
- * `message-id`, else the user's extractor. Never the delivery tag: that changes per delivery.
+ * @internal The producer's message id, in the contract's order: `extract(delivery)`, then the
+ * header, then `properties.messageId`. Never the delivery tag: that changes per delivery.
  */
-export function extractMessageId(message: Message, extractor?: MessageIdExtractor): string | undefined {
-  const headers = message.properties.headers ?? {};
-  return (
-    asId(message.properties.messageId) ??
-    asId(headers['x-message-id']) ??
-    asId(headers['message-id']) ??
-    (extractor === undefined ? undefined : asId(extractor(message as ConsumeMessage)))
-  );
+export function extractMessageId(delivery: Message, options: ResolvedMessageId): string | undefined {
+  const extracted = options.extract === undefined ? undefined : asId(options.extract(delivery as ConsumeMessage));
+  return extracted ?? asId(delivery.properties.headers?.[options.header]) ?? asId(delivery.properties.messageId);
 }
 
-/**
- * The attempt this delivery is: the failed attempt carried by a retried copy plus one, else 1.
- * It lets attempts count up even when the database count is not available.
- */
-export function attemptOf(message: Message): number {
-  const carried = Number(message.properties.headers?.[ATTEMPT_HEADER]);
+/** @internal The attempt this delivery is: the failed attempt a retried copy carries plus one, else 1. */
+export function attemptOf(delivery: Message): number {
+  const carried = Number(delivery.properties.headers?.[ATTEMPT_HEADER]);
   return Number.isInteger(carried) && carried > 0 ? carried + 1 : 1;
 }
 
+/** @internal A delivery mapped for the processor, or the outcome the adapter decided without it. */
+export type MappedDelivery = { id: string | undefined; message: InboxMessage } | { id: string | undefined; outcome: InboxOutcome };
+
+/** @internal What mapping needs besides the delivery. */
+export interface MappingContext {
+  queue: string;
+  consumer: string;
+  payload: PayloadMode;
+  messageId: ResolvedMessageId;
+}
+
 /**
- * Maps a delivery to the core's envelope, or to the final outcome when it cannot be processed at
- * all (an unparseable JSON body is dead-lettered: retrying cannot make it parse). A missing id is
- * passed through as `undefined` so the core dead-letters it as `missing-message-id` without
- * touching the database.
+ * @internal Maps a delivery to the core's envelope, or to the final outcome when it cannot be
+ * processed at all: no message id (`missing-message-id`), an extractor that threw
+ * (`invalid-message-id`) or a JSON body that does not parse (`unparseable-body`) are dead-lettered
+ * by the adapter (retrying cannot help). Other invalid ids are left to the processor to refuse.
  */
-export function toInboxMessage(
-  message: ConsumeMessage,
-  context: { queue: string; consumer: string; payload: PayloadMode; messageId?: MessageIdExtractor },
-  id: string | undefined = extractMessageId(message, context.messageId),
-): { message: InboxMessage } | { outcome: InboxOutcome } {
-  const attempt = attemptOf(message);
-  const decoded = decodePayload(message.content, context.payload, message.properties.contentType as string | undefined);
-  if (!decoded.ok) {
+export function mapDelivery(delivery: ConsumeMessage, context: MappingContext, receivedAt: Date): MappedDelivery {
+  const attempt = attemptOf(delivery);
+  let id: string | undefined;
+  try {
+    id = extractMessageId(delivery, context.messageId);
+  } catch (error) {
+    const problem = new InboxError(InboxErrorCodes.INVALID_MESSAGE_ID, `options.messageId.extract threw: ${describeError(error)}`, { cause: error });
     return {
-      outcome: adapterDeadLetter({
-        messageId: id ?? '<missing>',
-        consumer: context.consumer,
-        reason: UNPARSEABLE_BODY_REASON,
-        error: decoded.error,
-        attempt,
-      }),
+      id: undefined,
+      outcome: adapterDeadLetter({ messageId: '', consumer: context.consumer, reason: OutcomeReasons.INVALID_MESSAGE_ID, error: problem, attempt }),
     };
   }
+  const invalid = checkMessageId(id);
+  if (invalid !== undefined && invalid.reason === OutcomeReasons.MISSING_MESSAGE_ID) {
+    return { id, outcome: adapterDeadLetter({ messageId: id ?? '', consumer: context.consumer, reason: invalid.reason, error: invalid.error, attempt }) };
+  }
+  const decoded = decodePayload(delivery.content, context.payload, delivery.properties.contentType as string | undefined);
+  if (!decoded.ok) {
+    return { id, outcome: adapterDeadLetter({ messageId: id!, consumer: context.consumer, reason: UNPARSEABLE_BODY_REASON, error: decoded.error, attempt }) };
+  }
   return {
+    id,
     message: {
-      id: id as string,
+      id: id!,
       payload: decoded.payload,
-      headers: { ...message.properties.headers },
+      headers: { ...delivery.properties.headers },
       attempt,
-      receivedAt: new Date(),
+      receivedAt,
       source: `amqp:${context.queue}`,
     },
   };

@@ -1,12 +1,38 @@
 import { randomBytes } from 'node:crypto';
-import type { ConfirmChannel, Message, Options } from 'amqplib';
+import type { ConfirmChannel, ConsumeMessage, Message, Options } from 'amqplib';
 import { AmqpErrorCodes, toAmqpError } from './amqp-errors.js';
 
 /** @internal Header that lets a returned (unroutable) copy be matched to its publish. */
 export const PUBLISH_ID_HEADER = 'x-inboxed-publish-id';
 
 /**
- * Publishes on a confirm channel and resolves only once the broker confirmed the copy AND routed
+ * @internal Properties of a retry or dead-letter copy: the original's, with the message id set as
+ * `properties.messageId` (even when the original had it in a header, so a replay keeps it), minus
+ * the two that would break or shorten the copy's life.
+ */
+export function copyProperties(delivery: ConsumeMessage, id: string | undefined): Options.Publish {
+  const p = delivery.properties;
+  const copy: Options.Publish = {
+    contentType: p.contentType,
+    contentEncoding: p.contentEncoding,
+    // The copy is the only one left once the original is acked: keep it on disk.
+    persistent: true,
+    priority: p.priority,
+    correlationId: p.correlationId,
+    replyTo: p.replyTo,
+    messageId: p.messageId ?? id,
+    timestamp: p.timestamp,
+    type: p.type,
+    appId: p.appId,
+    // Not copied: `expiration` (the copy must not expire in a retry or dead-letter queue) and
+    // `userId` (the broker rejects a user id other than the publishing connection's).
+  };
+  for (const key of Object.keys(copy) as (keyof Options.Publish)[]) if (copy[key] === undefined) delete copy[key];
+  return copy;
+}
+
+/**
+ * @internal Publishes on a confirm channel and resolves only once the broker confirmed the copy AND routed
  * it. Copies are `mandatory`, so a missing retry or dead-letter queue is a failure (the broker
  * returns the message before confirming it) instead of a silent drop after which the original
  * would be acked and lost.

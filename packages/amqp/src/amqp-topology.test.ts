@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { resolveTopology, retryQueueName, retryTierFor } from './amqp-topology.js';
+import { retryQueueName, retryTierFor } from './amqp-retry.js';
+import { resolveTopology } from './amqp-topology.js';
 
 describe('retry tiers and topology names', () => {
   it('rounds the wanted delay up to the nearest tier, capped at the largest', () => {

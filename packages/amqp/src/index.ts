@@ -1,12 +1,31 @@
 /**
  * @inboxed/amqp: RabbitMQ (amqplib) adapter for inboxed. Acks only after the database commit,
- * delays retries in per-delay retry queues, dead-letters poison messages with reason headers, and
- * reconnects with backoff.
+ * delays retries in per-delay retry queues, dead-letters poison messages with reason headers
+ * (copies confirmed by the broker before the original is acked), and reconnects with backoff.
  *
  * @packageDocumentation
  */
-export { createAmqpConsumer, type AmqpConsumer, type AmqpConsumerOptions, type AmqpConsumerStatus } from './amqp-consumer.js';
-export { createAmqpMessageHandler, type AmqpMessageHandler, type AmqpMessageHandlerOptions, type AmqpBatchOptions } from './amqp-message-handler.js';
-export { extractMessageId, attemptOf, ATTEMPT_HEADER, ORIGINAL_QUEUE_HEADER, type MessageIdExtractor, type PayloadMode } from './amqp-message.js';
-export { assertAmqpTopology, retryQueueName, retryTierFor, DEFAULT_RETRY_DELAYS_MS, type DeadLetterTarget } from './amqp-topology.js';
-export { AmqpErrorCodes, toAmqpError, type AmqpErrorCode } from './amqp-errors.js';
+
+/** Creates a RabbitMQ consumer; see {@link AmqpConsumerOptions}. */
+export { createAmqpConsumer } from './amqp-consumer.js';
+/** Options of `createAmqpConsumer`. */
+export type { AmqpConsumerOptions, AmqpConnection } from './amqp-options.js';
+/** An `onMessage` callback for your own `channel.consume` loop, and its options. */
+export { createAmqpMessageHandler, type AmqpMessageHandler, type AmqpMessageHandlerOptions } from './amqp-handler.js';
+/** How the message id is found: `extract`, then the header, then `properties.messageId`. */
+export type { AmqpMessageIdOptions } from './amqp-message.js';
+/** Declares the retry and dead-letter queues a consumer or handler publishes to. */
+export { assertAmqpTopology, type AmqpTopologyOptions, type DeadLetterTarget } from './amqp-topology.js';
+/** The `AMQP_*` error codes. */
+export { AmqpErrorCodes, type AmqpErrorCode } from './amqp-errors.js';
+/** The consumer contract shared by every inboxed adapter. */
+export type {
+  ConsumerEvents,
+  ConsumerState,
+  ConsumerStatus,
+  DeliveryTiming,
+  InboxConsumer,
+  InboxLogger,
+  MessageIdOptions,
+  PayloadMode,
+} from '@inboxed/core/adapter';

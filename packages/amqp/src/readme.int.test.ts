@@ -1,28 +1,37 @@
 import { fileURLToPath } from 'node:url';
-import { createTestDatabase, databaseUrl, startQuickStart, waitFor, withSearchPath, type TestDatabase } from '@inboxed/test-support';
+import { createTestDatabase, databaseUrl, requireService, startQuickStart, type TestDatabase, waitFor, withSearchPath } from '@inboxed/test-support';
+import type {} from '@inboxed/test-support/amqp-setup';
+import amqp, { type ChannelModel, type ConfirmChannel } from 'amqplib';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { amqpUrl, createTestBroker, type TestBroker } from '../test/amqp-test-broker.js';
-import { retryQueueName } from './amqp-topology.js';
+import { DEFAULT_RETRY_DELAYS_MS, retryQueueName } from './amqp-retry.js';
 
 const packageDir = fileURLToPath(new URL('..', import.meta.url));
 
 // The README's quick start, exactly as written, in its own process against a RabbitMQ where its
-// queue does not exist yet and a database where its table does not exist yet.
+// queues do not exist yet (it must declare what it needs) and a database where its table does not.
 describe('the README quick start', () => {
   let t: TestDatabase;
-  let broker: TestBroker;
-  const queues = ['orders', 'orders.dead-letter', ...[1_000, 5_000, 30_000, 120_000, 600_000].map((ms) => retryQueueName('orders', ms))];
+  let connection: ChannelModel;
+  let channel: ConfirmChannel;
+  const queues = ['orders', 'orders.dead-letter', ...DEFAULT_RETRY_DELAYS_MS.map((ms) => retryQueueName('orders', ms))];
   const deleteQueues = async () => {
-    for (const queue of queues) await broker.channel.deleteQueue(queue);
+    for (const queue of queues) await channel.deleteQueue(queue);
+  };
+  const depth = async (queue: string) => (await channel.checkQueue(queue)).messageCount;
+  const publish = async (body: unknown, messageId: string) => {
+    channel.sendToQueue('orders', Buffer.from(JSON.stringify(body)), { messageId, contentType: 'application/json', persistent: true });
+    await channel.waitForConfirms();
   };
   beforeEach(async () => {
     t = await createTestDatabase('node-postgres', { label: 'amqp_readme' });
-    broker = await createTestBroker();
+    connection = await amqp.connect(requireService('amqpUrl'));
+    connection.on('error', () => {});
+    channel = await connection.createConfirmChannel();
     await deleteQueues();
   });
   afterEach(async () => {
     await deleteQueues();
-    await broker.close();
+    await connection.close();
     await t.close();
   });
 
@@ -30,19 +39,19 @@ describe('the README quick start', () => {
     const app = await startQuickStart({
       readme: `${packageDir}README.md`,
       packageDir,
-      env: { DATABASE_URL: withSearchPath(databaseUrl(), t.schema), AMQP_URL: amqpUrl() },
+      env: { DATABASE_URL: withSearchPath(databaseUrl(), t.schema), AMQP_URL: requireService('amqpUrl') },
       readyLine: 'consuming orders',
     });
     try {
       const order = { orderId: 'o-1', amountCents: 1299 };
-      await broker.publish('orders', order, { messageId: 'order-1' });
-      await broker.publish('orders', order, { messageId: 'order-1' }); // a redelivery
-      await broker.publish('orders', { orderId: 'o-2', amountCents: 'twelve' }, { messageId: 'order-2' });
+      await publish(order, 'order-1');
+      await publish(order, 'order-1'); // a redelivery
+      await publish({ orderId: 'o-2', amountCents: 'twelve' }, 'order-2');
       await app.waitForOutput('processed order-1');
       await app.waitForOutput('order-2 -> amqp:orders.dead-letter: validation-failed');
       await waitFor(
         'the invalid order dead-lettered and the queue drained',
-        async () => (await broker.depth('orders.dead-letter')) === 1 && (await broker.depth('orders')) === 0,
+        async () => (await depth('orders.dead-letter')) === 1 && (await depth('orders')) === 0,
       );
       expect(await t.query(`select id, amount_cents from "${t.schema}".orders`)).toEqual([{ id: 'o-1', amount_cents: 1299 }]);
     } finally {

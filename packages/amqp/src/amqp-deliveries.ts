@@ -1,0 +1,151 @@
+import { describeError, type AnyInboxProcessor, type InboxMessage, type InboxOutcome } from '@inboxed/core';
+import { callProcessor, type ConsumerEventEmitter, type InFlight, type PayloadMode } from '@inboxed/core/adapter';
+import type { Channel, ConsumeMessage } from 'amqplib';
+import { coalescedAcks, individualAcks } from './amqp-acks.js';
+import { AmqpErrorCodes, toAmqpError } from './amqp-errors.js';
+import { mapDelivery, type ResolvedMessageId } from './amqp-message.js';
+import type { ConfirmedPublisher } from './amqp-publisher.js';
+import { createSettlement, type Delivery } from './amqp-settlement.js';
+import type { Topology } from './amqp-topology.js';
+
+/** @internal Everything one channel's delivery handler needs; shared by the consumer and `createAmqpMessageHandler`. */
+export interface DeliveryHandlerContext {
+  /** The channel the deliveries arrive on: their acks go to it, and only to it. */
+  channel: Channel;
+  publisher: ConfirmedPublisher;
+  processor: AnyInboxProcessor;
+  topology: Topology;
+  events: ConsumerEventEmitter;
+  inFlight: InFlight;
+  /** The signal handed to every processor call (fires on stop). */
+  signal: () => AbortSignal | undefined;
+  messageId: ResolvedMessageId;
+  payload: PayloadMode;
+  batchSize: number;
+  batchWaitMs: number;
+  requeueDelayMs: number;
+  /** Coalesce acks into `multiple` acks: only on a channel this handler consumes alone. */
+  coalesceAcks: boolean;
+  beforeSettle?: ((outcome: InboxOutcome) => void | Promise<void>) | undefined;
+  /** The broker cancelled the consumer (a `null` delivery). */
+  onCancelled: () => void;
+}
+
+/** @internal An `onMessage` callback for `channel.consume`, with the controls a stop and a lost channel need. */
+export interface DeliveryHandler {
+  (delivery: ConsumeMessage | null): void;
+  /** Processes a partially collected batch now (after cancelling the consumer). */
+  flush(): Promise<void>;
+  /** Forgets a partially collected batch: its channel is gone, so the broker redelivers those deliveries. */
+  discard(): void;
+}
+
+type Entry = Delivery & ({ message: InboxMessage } | { outcome: InboxOutcome });
+type MessageEntry = Delivery & { message: InboxMessage };
+/** A delivery admitted for processing: tracked in flight until `finish`'s task settles it. */
+interface Buffered {
+  entry: MessageEntry;
+  finish: (task: Promise<void>) => Promise<void>;
+}
+
+/**
+ * @internal The per-channel delivery pipeline: map each delivery (or decide its outcome: no id,
+ * unparseable body, which processor observers are told of), hand it to the processor through the
+ * core's `callProcessor` (one at a time per delivery, or collected into batches of at most
+ * `batchSize` for a batch processor), then settle it (`amqp-settlement.ts`). Every task is tracked in
+ * `inFlight`, so a stop waits for it.
+ */
+export function createDeliveryHandler(context: DeliveryHandlerContext): DeliveryHandler {
+  const { processor, events } = context;
+  const acks = context.coalesceAcks ? coalescedAcks(context.channel) : individualAcks(context.channel);
+  const settle = createSettlement({
+    acks,
+    publisher: context.publisher,
+    topology: context.topology,
+    events,
+    requeueDelayMs: context.requeueDelayMs,
+    beforeSettle: context.beforeSettle,
+  });
+  const mapping = { queue: context.topology.queue, consumer: processor.consumer, payload: context.payload, messageId: context.messageId };
+
+  const track = (task: Promise<void>) =>
+    context.inFlight.track(
+      task.catch((error) => events.emit('error', toAmqpError(AmqpErrorCodes.ACK_FAILED, 'settling a delivery failed; it was requeued', error))),
+    );
+
+  /** Runs the processor once for `entries`; each entry's settle is its own task (so in flight is counted per delivery). */
+  function run(entries: readonly Buffered[]): Promise<void> {
+    const outcomes = callProcessor(
+      processor,
+      entries.map((e) => e.entry.message),
+      context.signal(),
+      events,
+    );
+    return Promise.all(entries.map(({ entry, finish }, i) => finish(outcomes.then((all) => settle(entry, all[i]!))))).then(() => undefined);
+  }
+
+  /** Tracks a delivery from now on; `finish(task)` hands it the task that settles it. */
+  const admit = (entry: MessageEntry): Buffered => {
+    let finish!: (task: Promise<void>) => Promise<void>;
+    const settled = new Promise<void>((resolve) => {
+      finish = (task) => {
+        resolve(task);
+        return tracked;
+      };
+    });
+    const tracked = track(settled);
+    return { entry, finish };
+  };
+
+  /** Decided without the processor: its observers (the outcome recorder, metrics) are told, then it is settled. */
+  const settleDecided = (entry: Delivery, outcome: InboxOutcome) => {
+    try {
+      if (typeof processor.observe === 'function') processor.observe(outcome);
+    } catch (error) {
+      events.logger.error({ err: error, messageId: outcome.messageId }, `processor.observe threw: ${describeError(error)}`);
+    }
+    void track(settle(entry, outcome));
+  };
+
+  let buffer: Buffered[] = [];
+  let timer: NodeJS.Timeout | undefined;
+  const takeBuffer = (): Buffered[] => {
+    if (timer !== undefined) clearTimeout(timer);
+    timer = undefined;
+    const entries = buffer;
+    buffer = [];
+    return entries;
+  };
+  const flush = (): Promise<void> => {
+    const entries = takeBuffer();
+    return entries.length === 0 ? Promise.resolve() : run(entries);
+  };
+  // The channel is gone: the broker redelivers what was collected; it no longer counts as in flight.
+  const discard = () => {
+    for (const { finish } of takeBuffer()) void finish(Promise.resolve());
+  };
+
+  const onMessage = (delivery: ConsumeMessage | null): void => {
+    if (delivery === null) {
+      context.onCancelled();
+      return;
+    }
+    const receivedAt = new Date();
+    acks.received(delivery);
+    const mapped = mapDelivery(delivery, mapping, receivedAt);
+    const entry = { delivery, receivedAt, ...mapped } as Entry;
+    if ('outcome' in entry) {
+      settleDecided(entry, entry.outcome);
+      return;
+    }
+    if (processor.kind === 'single') {
+      void run([admit(entry)]);
+      return;
+    }
+    buffer.push(admit(entry));
+    if (buffer.length >= context.batchSize) void flush();
+    else timer ??= setTimeout(() => void flush(), context.batchWaitMs);
+  };
+
+  return Object.assign(onMessage, { flush, discard });
+}

@@ -1,0 +1,162 @@
+import { InboxError, type InboxMessage, type InboxOutcome, isInboxError, PermanentError, withInbox } from '@inboxed/core';
+import { uniqueName, waitFor } from '@inboxed/test-support';
+import amqp from 'amqplib';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { type AmqpTestKit, createAmqpTestKit } from '../test/amqp-test-kit.js';
+import { HARNESS_RETRY_DELAYS_MS } from '../test/harness.js';
+import { createAmqpMessageHandler } from './amqp-handler.js';
+import { assertAmqpTopology } from './amqp-topology.js';
+
+describe('createAmqpMessageHandler in a hand-written channel.consume loop', () => {
+  let k: AmqpTestKit;
+  beforeEach(async () => {
+    k = await createAmqpTestKit('amqp_low');
+  });
+  afterEach(async () => {
+    await k.close();
+  });
+
+  it("processes, dedups and dead-letters on the caller's own confirm channel; the signal reaches handlers", async () => {
+    const connection = await amqp.connect(k.h.url);
+    try {
+      const channel = await connection.createConfirmChannel();
+      await assertAmqpTopology(channel, { queue: k.h.queue, retryDelaysMs: HARNESS_RETRY_DELAYS_MS });
+      await channel.prefetch(10);
+      const stopping = new AbortController();
+      const signals: AbortSignal[] = [];
+      const handler = k.recorder.wrap(
+        withInbox(
+          async (message, tx: any, context) => {
+            signals.push(context.signal);
+            if (message.id === 'poison') throw new PermanentError('bad order');
+            await tx.insert(k.t.effects).values({ messageId: message.id });
+          },
+          { db: k.t.db, consumer: k.consumerName, tables: { schema: k.t.schema } },
+        ),
+      );
+      const onMessage = createAmqpMessageHandler(channel, handler, { queue: k.h.queue, retryDelaysMs: HARNESS_RETRY_DELAYS_MS, signal: stopping.signal });
+      const events: string[] = [];
+      onMessage.on('duplicate', (o) => events.push(`duplicate:${o.messageId}`));
+      onMessage.on('dead_letter', (o) => events.push(`dead_letter:${o.messageId}`));
+      const { consumerTag } = await channel.consume(k.h.queue, onMessage);
+      await k.h.publish([
+        { id: 'low-1', payload: { a: 1 } },
+        { id: 'low-1', payload: { a: 1 } },
+        { id: 'poison', payload: { a: 2 } },
+      ]);
+      await k.recorder.waitForCount(3);
+      await channel.cancel(consumerTag);
+      expect(await onMessage.drain(5000)).toBe(0);
+      await channel.close();
+      stopping.abort();
+      expect(signals.length).toBeGreaterThan(0);
+      expect(signals.every((signal) => signal.aborted)).toBe(true);
+      expect(events.sort()).toEqual(['dead_letter:poison', 'duplicate:low-1']);
+      expect(await k.t.countEffects()).toBe(1);
+      expect(await k.h.pending()).toBe(0);
+      expect(await k.h.depth(k.h.deadLetterQueue)).toBe(1);
+    } finally {
+      await connection.close();
+    }
+  });
+
+  it('needs a confirm channel to publish retry and dead-letter copies', async () => {
+    const connection = await amqp.connect(k.h.url);
+    try {
+      const channel = await connection.createChannel();
+      expect(() => createAmqpMessageHandler(channel, k.processor(), { queue: k.h.queue })).toThrow(/confirm channel/);
+    } finally {
+      await connection.close();
+    }
+  });
+});
+
+describe('publisher confirms: the original is acked only once its copy is confirmed', () => {
+  let k: AmqpTestKit;
+  beforeEach(async () => {
+    k = await createAmqpTestKit('amqp_confirm');
+  });
+  afterEach(async () => {
+    await k.close();
+  });
+
+  it.each([
+    ['dead-letter', () => new PermanentError('bad'), { deadLetter: { queue: uniqueName('missing_dlq') } }],
+    ['retry', () => new Error('try again later'), { retryDelaysMs: [777] }],
+  ] as const)('an unroutable %s copy is never acked: the original is requeued, not lost', async (_kind, failure, options) => {
+    const consumer = k.consume(
+      k.processor(() => {
+        throw failure();
+      }),
+      { ...options, assertTopology: false, requeueDelayMs: 100 },
+    );
+    const errors: InboxError[] = [];
+    consumer.on('error', (e) => errors.push(e));
+    await consumer.start();
+    await k.h.publishRaw({ a: 1 }, { messageId: 'kept-1' });
+    await waitFor('an unroutable report', () => errors.some((e) => isInboxError(e.cause) && e.cause.code === 'AMQP_UNROUTABLE'), 20_000);
+    await consumer.stop();
+    const unroutable = errors.find((e) => e.code === 'AMQP_PUBLISH_FAILED')!;
+    expect(unroutable.messageIds).toEqual(['kept-1']);
+    // Still in the work queue, nothing committed, nothing anywhere else.
+    expect(await k.h.depth()).toBe(1);
+    expect(await k.t.countEffects()).toBe(0);
+    for (const queue of [...k.h.retryQueues, k.h.deadLetterQueue]) expect(await k.h.depth(queue)).toBe(0);
+  });
+});
+
+describe('retry copies and the attempt header', () => {
+  let k: AmqpTestKit;
+  beforeEach(async () => {
+    k = await createAmqpTestKit('amqp_attempt');
+  });
+  afterEach(async () => {
+    await k.close();
+  });
+
+  it('a database outage retry keeps the attempt; a handler failure advances it', async () => {
+    const connection = await amqp.connect(k.h.url);
+    // A long tier, so the copies stay in the retry queue where the test can read them.
+    const parked = `${k.h.queue}.retry.60000`;
+    try {
+      const channel = await connection.createConfirmChannel();
+      await assertAmqpTopology(channel, { queue: k.h.queue, retryDelaysMs: [60_000] });
+      const reasons = ['database-unavailable', 'handler-failed'];
+      let call = 0;
+      const processor = Object.assign(
+        async (m: InboxMessage): Promise<InboxOutcome> => {
+          const reason = reasons[call++]!;
+          const code = reason === 'handler-failed' ? 'HANDLER_FAILED' : 'DATABASE_UNAVAILABLE';
+          return {
+            status: 'retry',
+            messageId: m.id,
+            consumer: 'c',
+            reason,
+            attempt: m.attempt ?? 1,
+            retryAfterMs: 10,
+            error: new InboxError(code, 'simulated'),
+          };
+        },
+        { kind: 'single' as const, consumer: 'c', checkTables: async () => {}, observe: () => {} },
+      );
+      const onMessage = createAmqpMessageHandler(channel, processor, { queue: k.h.queue, retryDelaysMs: [60_000] });
+      onMessage.on('error', () => {}); // the simulated outage is reported once
+      const { consumerTag } = await channel.consume(k.h.queue, onMessage);
+      await k.h.publishRaw({ a: 1 }, { messageId: 'outage', headers: { 'x-inboxed-attempt': 2 } });
+      await waitFor('the first copy', async () => (await k.h.depth(parked)) === 1);
+      await k.h.publishRaw({ a: 2 }, { messageId: 'failing', headers: { 'x-inboxed-attempt': 2 } });
+      await waitFor('the second copy', async () => (await k.h.depth(parked)) === 2);
+      await channel.cancel(consumerTag);
+      await onMessage.drain(5000);
+      const copies = await k.h.drain(parked);
+      const attemptOf = (id: string) => copies.find((c) => c.properties.messageId === id)!.properties.headers!['x-inboxed-attempt'];
+      expect(attemptOf('outage')).toBe(2); // delivered as attempt 3, not counted: stays at 2
+      expect(attemptOf('failing')).toBe(3); // attempt 3 failed: the next delivery is attempt 4
+      expect(copies[0]!.properties.headers!['x-inboxed-original-queue']).toBe(k.h.queue);
+      expect(await k.h.depth()).toBe(0);
+    } finally {
+      await k.h.channel.deleteQueue(parked).catch(() => undefined);
+      await connection.close();
+    }
+  });
+});

@@ -1,0 +1,53 @@
+import { OutcomeReasons, type InboxOutcome } from '@inboxed/core';
+import type { ConsumeMessage } from 'amqplib';
+import { ATTEMPT_HEADER, attemptOf, ORIGINAL_QUEUE_HEADER } from './amqp-message.js';
+import { copyProperties, type ConfirmedPublisher } from './amqp-publisher.js';
+
+/** Default delays of the retry queues, in ms: 1 s, 5 s, 30 s, 2 min, 10 min. */
+export const DEFAULT_RETRY_DELAYS_MS: readonly number[] = [1_000, 5_000, 30_000, 120_000, 600_000];
+
+/** `<queue>.retry.<ms>`: the retry queue of one delay tier. */
+export function retryQueueName(queue: string, delayMs: number): string {
+  return `${queue}.retry.${delayMs}`;
+}
+
+/**
+ * The retry tier for a wanted delay: the smallest configured delay that is at least `retryAfterMs`
+ * (never retry earlier than the core asked), or the largest tier when the wish exceeds them all.
+ */
+export function retryTierFor(retryAfterMs: number | undefined, delays: readonly number[]): number {
+  const wanted = retryAfterMs ?? 0;
+  return delays.find((d) => d >= wanted) ?? delays[delays.length - 1]!;
+}
+
+/**
+ * The attempt a retried copy carries: only a handler failure (`handler-failed`, including a
+ * handler timeout) is an attempt the core counts; a database outage, a lock wait, a serialization
+ * conflict or a processor that threw is nobody's fault and must not push the message toward
+ * `maxAttempts`, so the copy keeps the attempt it arrived with.
+ */
+export function retriedAttempt(delivery: ConsumeMessage, outcome: InboxOutcome): number {
+  const previous = attemptOf(delivery) - 1;
+  return outcome.reason === OutcomeReasons.HANDLER_FAILED ? (outcome.attempt ?? previous + 1) : previous;
+}
+
+/**
+ * Publishes a `retry` outcome's copy to the retry queue whose delay fits `retryAfterMs` (through the
+ * default exchange), and resolves once the broker confirmed and routed it. The queue's TTL
+ * dead-letters it back to the work queue after the delay.
+ */
+export async function publishRetryCopy(
+  publisher: ConfirmedPublisher,
+  topology: { queue: string; retryDelaysMs: readonly number[] },
+  delivery: ConsumeMessage,
+  outcome: InboxOutcome,
+  id: string | undefined,
+): Promise<void> {
+  const headers = { ...delivery.properties.headers };
+  const attempt = retriedAttempt(delivery, outcome);
+  if (attempt > 0) headers[ATTEMPT_HEADER] = attempt;
+  else delete headers[ATTEMPT_HEADER];
+  headers[ORIGINAL_QUEUE_HEADER] = topology.queue;
+  const delay = retryTierFor(outcome.retryAfterMs, topology.retryDelaysMs);
+  await publisher.publish('', retryQueueName(topology.queue, delay), delivery.content, { ...copyProperties(delivery, id), headers }, [outcome.messageId]);
+}

@@ -1,0 +1,88 @@
+import type { InboxOutcome } from '@inboxed/core';
+import { actionFor, type ConsumerEventEmitter, sleep } from '@inboxed/core/adapter';
+import type { ConsumeMessage } from 'amqplib';
+import type { AckStrategy } from './amqp-acks.js';
+import { deadLetterDestination, publishDeadLetter } from './amqp-dead-letter.js';
+import { AmqpErrorCodes, toAmqpError } from './amqp-errors.js';
+import type { ConfirmedPublisher } from './amqp-publisher.js';
+import { publishRetryCopy } from './amqp-retry.js';
+import type { Topology } from './amqp-topology.js';
+
+/** @internal One delivery on its way to be settled. */
+export interface Delivery {
+  delivery: ConsumeMessage;
+  /** The message id found (undefined when there was none). */
+  id: string | undefined;
+  /** When the consumer received it, for the outcome events' timing. */
+  receivedAt: Date;
+}
+
+/** @internal What settling needs: the channel's acks, the confirm channel for copies, where copies go, where to report. */
+export interface SettlementContext {
+  acks: AckStrategy;
+  publisher: ConfirmedPublisher;
+  topology: Topology;
+  events: ConsumerEventEmitter;
+  /** Pause before requeueing a delivery whose copy could not be published (so a broken target does not hot-loop). */
+  requeueDelayMs: number;
+  /** Test hook between the final outcome and the settle. */
+  beforeSettle?: ((outcome: InboxOutcome) => void | Promise<void>) | undefined;
+}
+
+/**
+ * @internal Settles deliveries with RabbitMQ per the one outcome-to-action mapping (`actionFor`):
+ * - `ack` (`processed`, `duplicate`, `rejected`): ack;
+ * - `retry`: publish a copy to the fitting retry queue, wait for the broker's confirm, then ack;
+ * - `dead-letter` (`dead-letter`, `conflict`): publish a copy to the dead-letter target with reason
+ *   headers, wait for the confirm, then ack.
+ * A copy that is not confirmed (or is returned as unroutable) leaves the original requeued after
+ * `requeueDelayMs`, never acked. The outcome event is emitted only once the delivery is settled.
+ */
+export function createSettlement(context: SettlementContext): (entry: Delivery, outcome: InboxOutcome) => Promise<void> {
+  const { acks, events, topology } = context;
+  const destination = deadLetterDestination(topology);
+
+  /** Sends an ack or a requeue; reports (never throws) when the channel is gone: the broker then redelivers. */
+  const send = (entry: Delivery, ack: boolean, messageId: string): boolean => {
+    try {
+      if (ack) acks.ack(entry.delivery);
+      else acks.requeue(entry.delivery);
+      return true;
+    } catch (error) {
+      events.emit(
+        'error',
+        toAmqpError(AmqpErrorCodes.ACK_FAILED, `${ack ? 'ack' : 'requeue'} failed; the broker will redeliver`, error, { messageIds: [messageId] }),
+      );
+      return false;
+    }
+  };
+
+  return async (entry, outcome) => {
+    if (context.beforeSettle !== undefined) {
+      try {
+        await context.beforeSettle(outcome);
+      } catch (error) {
+        send(entry, false, outcome.messageId); // never left unacked, holding a prefetch slot
+        throw error;
+      }
+    }
+    const action = actionFor(outcome.status);
+    if (action !== 'ack') {
+      try {
+        if (action === 'retry') await publishRetryCopy(context.publisher, topology, entry.delivery, outcome, entry.id);
+        else await publishDeadLetter(context.publisher, topology, entry.delivery, outcome, entry.id);
+      } catch (error) {
+        events.emit(
+          'error',
+          toAmqpError(AmqpErrorCodes.PUBLISH_FAILED, `could not publish the ${action} copy; the original is requeued`, error, {
+            messageIds: [outcome.messageId],
+          }),
+        );
+        await sleep(context.requeueDelayMs);
+        send(entry, false, outcome.messageId);
+        return;
+      }
+    }
+    if (send(entry, true, outcome.messageId)) events.emitOutcome(outcome, entry.receivedAt, destination);
+  };
+}
