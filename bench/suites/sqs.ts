@@ -103,7 +103,7 @@ export default async function run(): Promise<void> {
 
   const endToEnd = async (handler: AnyInboxProcessor): Promise<number> => {
     const queueUrl = await filledQueue();
-    const consumer = createSqsConsumer({ client, queueUrl, handler, concurrency: POLLERS, batchSize: 10, waitTimeSeconds: 1, deadLetterQueueUrl });
+    const consumer = createSqsConsumer({ client, queueUrl, handler, concurrency: POLLERS, receiveMaxMessages: 10, waitTimeSeconds: 1, deadLetterQueueUrl });
     let processed = 0;
     let finished!: () => void;
     const allDone = new Promise<void>((resolve) => (finished = resolve));

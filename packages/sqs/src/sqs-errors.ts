@@ -1,9 +1,11 @@
-import { describeError, InboxError } from '@inboxed/core';
+import type { BatchResultErrorEntry } from '@aws-sdk/client-sqs';
+import { describeError, InboxError, InboxErrorCodes } from '@inboxed/core';
 
 /**
- * Error codes raised by `@inboxed/sqs`, next to core's `InboxErrorCodes`.
- * They reach you through the consumer's `error` event (or `errors` of `processSqsMessages`); none of
- * them loses a message: each says what SQS will do with it instead.
+ * Error codes raised by `@inboxed/sqs`, next to core's `InboxErrorCodes` (`STOP_TIMEOUT`,
+ * `PROCESSOR_THREW`, `INBOX_TABLE_MISSING`, ...). They reach you through the `error` event (or
+ * `errors` of {@link SqsHandler.handle}); none of them loses a message: each says what SQS does
+ * with it instead.
  */
 export const SqsErrorCodes = {
   /** `ReceiveMessage` failed; the poller backs off and tries again (then emits `reconnect`). */
@@ -18,16 +20,14 @@ export const SqsErrorCodes = {
   DEAD_LETTER_FAILED: 'SQS_DEAD_LETTER_FAILED',
   /** The queue's attributes could not be read (wrong URL, permissions, network): `start()` rejects with it. */
   QUEUE_UNAVAILABLE: 'SQS_QUEUE_UNAVAILABLE',
-  /** Neither `deadLetterQueueUrl` nor a redrive policy: dead-lettered messages are redelivered with backoff forever. */
+  /** Neither `deadLetterQueueUrl` nor a redrive policy: dead-lettered messages are redelivered with backoff until they expire. */
   NO_DEAD_LETTER_TARGET: 'SQS_NO_DEAD_LETTER_TARGET',
-  /** `stop()` reached `stopTimeoutMs` with work still running; it still settles if the process lives on, else those messages reappear after their visibility timeout. */
-  STOP_TIMEOUT: 'SQS_STOP_TIMEOUT',
 } as const;
 
 /** One of {@link SqsErrorCodes}. */
 export type SqsErrorCode = (typeof SqsErrorCodes)[keyof typeof SqsErrorCodes];
 
-/** A failed entry of an SQS batch call (`DeleteMessageBatch`, `ChangeMessageVisibilityBatch`). */
+/** A failed entry of an SQS batch call (`DeleteMessageBatch`, `ChangeMessageVisibilityBatch`), as put in error `details.failures`. */
 export interface SqsBatchFailure {
   messageId: string;
   code: string;
@@ -43,15 +43,10 @@ interface AwsErrorShape {
 }
 
 /** The AWS facts worth logging about a thrown SDK error (name, HTTP status, fault side, request id). */
-export function awsErrorDetails(error: unknown): Record<string, unknown> {
+function awsErrorDetails(error: unknown): Record<string, unknown> {
   if (typeof error !== 'object' || error === null) return {};
   const e = error as AwsErrorShape;
-  return {
-    awsError: e.name,
-    httpStatus: e.$metadata?.httpStatusCode,
-    fault: e.$fault,
-    requestId: e.$metadata?.requestId,
-  };
+  return { awsError: e.name, httpStatus: e.$metadata?.httpStatusCode, fault: e.$fault, requestId: e.$metadata?.requestId };
 }
 
 /**
@@ -65,14 +60,37 @@ export function toSqsError(
   context: { messageIds?: readonly string[]; details?: Record<string, unknown> } = {},
 ): InboxError {
   const text = cause === undefined ? what : `${what}: ${describeError(cause)}`;
-  return new InboxError(code, text, {
-    cause,
-    messageIds: context.messageIds ?? [],
-    details: { ...awsErrorDetails(cause), ...context.details },
-  });
+  return new InboxError(code, text, { cause, messageIds: context.messageIds ?? [], details: { ...awsErrorDetails(cause), ...context.details } });
+}
+
+/** An invalid option: thrown at construction (or by `start()` when it needs the queue's attributes to tell). */
+export function invalidOption(message: string): never {
+  throw new InboxError(InboxErrorCodes.INVALID_OPTIONS, message);
+}
+
+/** A failed batch entry, from the call's `Failed` list or from the error the whole call threw. */
+export function batchFailure(messageId: string, failed: BatchResultErrorEntry | undefined, thrown?: unknown): SqsBatchFailure {
+  if (failed !== undefined) return { messageId, code: failed.Code ?? 'Unknown', message: failed.Message ?? '', senderFault: failed.SenderFault ?? false };
+  const error = thrown as AwsErrorShape | undefined;
+  return { messageId, code: error?.name ?? 'Error', message: error?.message ?? String(thrown), senderFault: error?.$fault === 'client' };
 }
 
 /** True when retrying the same SQS entry cannot succeed (the receipt handle is gone or invalid). */
 export function isPermanentEntryFailure(failure: { code: string; senderFault: boolean }): boolean {
   return failure.senderFault && /ReceiptHandleIsInvalid|InvalidParameterValue|MessageNotInflight/i.test(failure.code);
+}
+
+/** True for an SDK error SQS blamed on the request (too large, invalid attribute), which resending unchanged cannot fix. */
+export function isClientFault(error: unknown): boolean {
+  return typeof error === 'object' && error !== null && (error as AwsErrorShape).$fault === 'client';
+}
+
+/** True for an error the AWS SDK raised (it carries `$metadata`), as opposed to one thrown by our own code. */
+export function isSdkError(error: unknown): boolean {
+  return typeof error === 'object' && error !== null && '$metadata' in error;
+}
+
+/** `failures` as one line for an error message. */
+export function describeFailures(failures: readonly SqsBatchFailure[]): string {
+  return failures.map((f) => `${f.code}: ${f.message}`).join('; ');
 }

@@ -1,10 +1,10 @@
 import { ReceiveMessageCommand } from '@aws-sdk/client-sqs';
-import { PermanentError, type InboxMessage } from '@inboxed/core';
+import { type InboxMessage, PermanentError } from '@inboxed/core';
 import { createOutcomeRecorder } from '@inboxed/core/testing';
 import { waitFor } from '@inboxed/test-support';
 import { describe, expect, it } from 'vitest';
-import { createQueue, queueDepth, receiveAll, send, sqsTestContext } from './__tests__/sqs-test-kit.js';
-import { processSqsMessages } from './process-sqs-messages.js';
+import { deadLettersOf, sqsTestContext } from '../test/sqs-test-kit.js';
+import { createSqsHandler } from './index.js';
 
 describe('FIFO queues on a real SQS API', () => {
   const ctx = sqsTestContext();
@@ -12,10 +12,9 @@ describe('FIFO queues on a real SQS API', () => {
     (await ctx.t.query<{ message_id: string }>(`select message_id from "${ctx.t.schema}".effects order by id`)).map((r) => r.message_id);
 
   it('keeps each group in order: a failing message holds back its own group while the other group progresses', async () => {
-    const queue = await createQueue(ctx.client, 'orders', {}, true);
-    const dlq = await createQueue(ctx.client, 'orders-dlq', {}, true);
+    const h = await ctx.queues({ fifo: true });
     for (const group of ['A', 'B']) {
-      for (let i = 1; i <= 3; i++) await send(ctx.client, queue.url, { group, i }, { id: `${group}${i}`, group, dedup: `${group}${i}` });
+      for (let i = 1; i <= 3; i++) await h.send({ group, i }, { id: `${group}${i}`, group, dedup: `${group}${i}` });
     }
     const attempts: string[] = [];
     const recorder = createOutcomeRecorder();
@@ -24,10 +23,10 @@ describe('FIFO queues on a real SQS API', () => {
       if (message.id === 'A2' && attempts.filter((id) => id === 'A2').length === 1) throw new Error('template service down');
       await ctx.insertEffect(message, tx);
     });
-    await ctx.start({ queueUrl: queue.url, deadLetterQueueUrl: dlq.url, handler: recorder.wrap(handler), concurrency: 2 });
+    await ctx.start(h, { handler: recorder.wrap(handler), concurrency: 2 });
 
     await recorder.waitFor('A3', { status: 'processed', timeoutMs: 15_000 });
-    await waitFor('queue empty', async () => (await queueDepth(ctx.client, queue.url)) === 0);
+    await waitFor('queue empty', async () => (await h.pending()) === 0);
     const order = await effectOrder();
     expect(order.filter((id) => id.startsWith('A'))).toEqual(['A1', 'A2', 'A3']);
     expect(order.filter((id) => id.startsWith('B'))).toEqual(['B1', 'B2', 'B3']);
@@ -38,36 +37,45 @@ describe('FIFO queues on a real SQS API', () => {
     expect(recorder.counts()).toEqual({ processed: 6, retry: 1 });
   });
 
+  it('the deduplication id is the message id when there is no id attribute (no fallback needed)', async () => {
+    const h = await ctx.queues({ fifo: true });
+    await h.send({ n: 1 }, { group: 'G', dedup: 'order-1' });
+    const recorder = createOutcomeRecorder();
+    await ctx.start(h, { handler: recorder.wrap(ctx.inbox()) });
+    await recorder.waitFor('order-1', { status: 'processed' });
+    await waitFor('queue empty', async () => (await h.pending()) === 0);
+    expect(await ctx.t.countEffects('order-1')).toBe(1);
+  });
+
   it('a poison message in a group goes to a FIFO DLQ (keeping its group) and its group moves on', async () => {
-    const queue = await createQueue(ctx.client, 'poison', {}, true);
-    const dlq = await createQueue(ctx.client, 'poison-dlq', {}, true);
-    for (let i = 1; i <= 3; i++) await send(ctx.client, queue.url, { i }, { id: `P${i}`, group: 'P', dedup: `P${i}` });
+    const h = await ctx.queues({ fifo: true });
+    for (let i = 1; i <= 3; i++) await h.send({ i }, { id: `P${i}`, group: 'P', dedup: `P${i}` });
     const recorder = createOutcomeRecorder();
     const handler = ctx.inbox(async (message: InboxMessage, tx: any) => {
       if (message.id === 'P2') throw new PermanentError('cannot render');
       await ctx.insertEffect(message, tx);
     });
-    await ctx.start({ queueUrl: queue.url, deadLetterQueueUrl: dlq.url, handler: recorder.wrap(handler) });
+    await ctx.start(h, { handler: recorder.wrap(handler) });
 
     await recorder.waitFor('P3', { status: 'processed' });
-    await waitFor('queue empty', async () => (await queueDepth(ctx.client, queue.url)) === 0);
+    await waitFor('queue empty', async () => (await h.pending()) === 0);
     expect(await effectOrder()).toEqual(['P1', 'P3']);
-    const [dead] = await receiveAll(ctx.client, dlq.url, 1);
+    const [dead] = await deadLettersOf(h);
     expect(dead!.Attributes!.MessageGroupId).toBe('P');
     expect(dead!.MessageAttributes!['x-inboxed-reason']?.StringValue).toBe('permanent-failure');
     expect(dead!.MessageAttributes!['message-id']?.StringValue).toBe('P2');
   });
 
-  it('processSqsMessages: within one receive, messages after a retry in the same group are held back behind it', async () => {
+  it('createSqsHandler: within one receive, messages after a retry in the same group are held back behind it', async () => {
     // fauxqs hands out one message per FIFO group at a time, so one receive never holds two of a
     // group there. Real SQS does; we reproduce that receive on a standard queue by tagging real
     // deliveries with a group, and check the held-back ones are neither processed nor released early.
-    const queue = await createQueue(ctx.client, 'grouped', { VisibilityTimeout: '30' });
-    for (const id of ['g1', 'g2', 'g3', 'h1']) await send(ctx.client, queue.url, { id }, { id });
+    const h = await ctx.queues({ attributes: { VisibilityTimeout: '30' } });
+    for (const id of ['g1', 'g2', 'g3', 'h1']) await h.send({ id }, { id });
     const received = [];
     while (received.length < 4) {
-      const { Messages = [] } = await ctx.client.send(
-        new ReceiveMessageCommand({ QueueUrl: queue.url, MaxNumberOfMessages: 10, MessageAttributeNames: ['All'], MessageSystemAttributeNames: ['All'] }),
+      const { Messages = [] } = await h.client.send(
+        new ReceiveMessageCommand({ QueueUrl: h.queueUrl, MaxNumberOfMessages: 10, MessageAttributeNames: ['All'], MessageSystemAttributeNames: ['All'] }),
       );
       received.push(...Messages);
     }
@@ -80,12 +88,15 @@ describe('FIFO queues on a real SQS API', () => {
       if (message.id === 'g2') throw new Error('not yet');
       await ctx.insertEffect(message, tx);
     });
-    const { results, errors } = await processSqsMessages(received, processor, {
-      client: ctx.client,
-      queueUrl: queue.url,
+    const handler = createSqsHandler({
+      client: h.client,
+      queueUrl: h.queueUrl,
+      deadLetterQueueUrl: h.deadLetterQueueUrl,
+      handler: processor,
       fifo: true,
       visibilityTimeoutSeconds: 30,
     });
+    const { results, errors } = await handler.handle(received);
 
     expect(errors).toEqual([]);
     expect(results.map((r) => [r.messageId, r.settlement, r.visibilityTimeoutSeconds])).toEqual([
@@ -100,8 +111,8 @@ describe('FIFO queues on a real SQS API', () => {
     const again = [];
     const deadline = Date.now() + 10_000;
     while (again.length < 2 && Date.now() < deadline) {
-      const { Messages = [] } = await ctx.client.send(
-        new ReceiveMessageCommand({ QueueUrl: queue.url, MaxNumberOfMessages: 10, WaitTimeSeconds: 1, MessageAttributeNames: ['All'] }),
+      const { Messages = [] } = await h.client.send(
+        new ReceiveMessageCommand({ QueueUrl: h.queueUrl, MaxNumberOfMessages: 10, WaitTimeSeconds: 1, MessageAttributeNames: ['All'] }),
       );
       again.push(...Messages);
     }

@@ -1,4 +1,4 @@
-import type { SqsActions, SqsEntry } from './sqs-actions.js';
+import type { SqsBatchCalls, SqsEntry } from './sqs-batch-calls.js';
 import { SqsErrorCodes } from './sqs-errors.js';
 import { capVisibility } from './sqs-visibility.js';
 
@@ -15,7 +15,7 @@ export class VisibilityHeartbeat {
   private tick: Promise<void> = Promise.resolve();
 
   constructor(
-    private readonly actions: SqsActions,
+    private readonly calls: SqsBatchCalls,
     private readonly visibilityTimeoutSeconds: number,
     private readonly intervalMs: number,
     private readonly receivedAt: Date,
@@ -36,7 +36,7 @@ export class VisibilityHeartbeat {
     const seconds = capVisibility(this.visibilityTimeoutSeconds, this.receivedAt);
     const entries = [...this.tracked];
     if (entries.length === 0 || seconds === 0) return;
-    const failed = await this.actions.changeVisibility(
+    const failed = await this.calls.changeVisibility(
       entries.map((entry) => ({ ...entry, seconds })),
       SqsErrorCodes.HEARTBEAT_FAILED,
       'heartbeat (visibility extension of running messages)',

@@ -1,45 +1,86 @@
 import type { Message } from '@aws-sdk/client-sqs';
-import { describe, expect, it } from 'vitest';
 import { InboxError } from '@inboxed/core';
+import { describe, expect, it } from 'vitest';
 import { deadLetterAttributes, OVERFLOW_ATTRIBUTE, packAttributes, sqsSafeText } from './sqs-dead-letter.js';
-import { receiveCount, sourceOf, sqsMessageId, toInboxMessage, type SqsMessageMapping } from './sqs-message.js';
+import { messageIdOf, messageMapping, receiveCount, sourceOf, toInboxMessage } from './sqs-message.js';
 import { capVisibility, MAX_VISIBILITY_TIMEOUT_SECONDS, retryVisibilitySeconds } from './sqs-visibility.js';
 
-const mapping: SqsMessageMapping = { messageIdAttribute: 'message-id', sqsIdFallback: true, source: 'sqs:orders' };
+const mapping = messageMapping(undefined, undefined, 'https://sqs.eu-west-1.amazonaws.com/1/orders');
 const message = (extra: Partial<Message> = {}): Message => ({ MessageId: 'sqs-id', ReceiptHandle: 'rh', Body: '{"a":1}', ...extra });
+const idOf = (m: Message, options: Parameters<typeof messageMapping>[0] = {}) => messageIdOf(m, messageMapping(options, undefined, 'q')).id;
 
 describe('message id extraction', () => {
-  it('prefers the extractor, then the attribute, then the FIFO deduplication id, then the SQS MessageId', () => {
+  it('tries extract, then the attribute, then the FIFO deduplication id, then (only with fallback) the SQS MessageId', () => {
     const withAttribute = message({
       MessageAttributes: { 'message-id': { DataType: 'String', StringValue: 'attr-id' } },
       Attributes: { MessageDeduplicationId: 'dedup' },
     });
-    expect(sqsMessageId(withAttribute, { ...mapping, extractMessageId: () => 'custom' })).toBe('custom');
-    expect(sqsMessageId(withAttribute, mapping)).toBe('attr-id');
-    expect(sqsMessageId(message({ Attributes: { MessageDeduplicationId: 'dedup' } }), mapping)).toBe('dedup');
-    expect(sqsMessageId(message(), mapping)).toBe('sqs-id');
-    expect(sqsMessageId(message(), { ...mapping, sqsIdFallback: false })).toBeUndefined();
-    expect(
-      sqsMessageId(message({ MessageAttributes: { id: { DataType: 'Binary', BinaryValue: Buffer.from('bin-id') } } }), {
-        ...mapping,
-        messageIdAttribute: 'id',
-      }),
-    ).toBe('bin-id');
+    expect(idOf(withAttribute, { extract: () => 'custom' })).toBe('custom');
+    expect(idOf(withAttribute, { extract: () => undefined })).toBe('attr-id');
+    expect(idOf(withAttribute)).toBe('attr-id');
+    expect(idOf(message({ Attributes: { MessageDeduplicationId: 'dedup' } }))).toBe('dedup');
+    expect(idOf(message())).toBeUndefined();
+    expect(idOf(message(), { fallback: true })).toBe('sqs-id');
+    expect(idOf(message({ MessageAttributes: { id: { DataType: 'Binary', BinaryValue: Buffer.from('bin-id') } } }), { attribute: 'id' })).toBe('bin-id');
   });
 
-  it('maps attempt, payload, headers and source; an unparseable body becomes an unparseable-body dead-letter', () => {
-    const mapped = toInboxMessage(message({ Attributes: { ApproximateReceiveCount: '3' } }), mapping, 'c', new Date(0));
+  it('an extractor that throws gives no id (not the next in the chain) and says why', () => {
+    const withAttribute = message({ MessageAttributes: { 'message-id': { DataType: 'String', StringValue: 'attr-id' } } });
+    const result = messageIdOf(
+      withAttribute,
+      messageMapping(
+        {
+          extract: () => {
+            throw new Error('bad body');
+          },
+        },
+        undefined,
+        'q',
+      ),
+    );
+    expect(result).toMatchObject({
+      id: undefined,
+      problem: { reason: 'missing-message-id', error: { code: 'INVALID_MESSAGE_ID', message: 'messageId.extract threw: Error: bad body' } },
+    });
+    const notAString = messageIdOf(withAttribute, messageMapping({ extract: () => 42 as never }, undefined, 'q'));
+    expect(notAString).toMatchObject({
+      id: undefined,
+      problem: { reason: 'invalid-message-id', error: { message: 'messageId.extract returned number, not a string' } },
+    });
+  });
+
+  it('maps attempt, payload, headers and source; an unparseable body or a missing id becomes the dead-letter the adapter decides', () => {
+    const withId = (extra: Partial<Message> = {}) => message({ MessageAttributes: { 'message-id': { DataType: 'String', StringValue: 'm-1' } }, ...extra });
+    const mapped = toInboxMessage(withId({ Attributes: { ApproximateReceiveCount: '3' } }), mapping, 'c', new Date(0));
     expect(mapped).toMatchObject({
       ok: true,
-      message: { id: 'sqs-id', payload: { a: 1 }, attempt: 3, source: 'sqs:orders', headers: { 'sqs:ApproximateReceiveCount': '3' } },
+      message: { id: 'm-1', payload: { a: 1 }, attempt: 3, source: 'sqs:orders', headers: { 'sqs:ApproximateReceiveCount': '3', 'message-id': 'm-1' } },
     });
-    const bad = toInboxMessage(message({ Body: 'not json' }), mapping, 'c', new Date(0));
-    expect(bad).toMatchObject({
+    expect(toInboxMessage(withId({ Body: 'not json' }), mapping, 'c', new Date(0))).toMatchObject({
       ok: false,
-      outcome: { status: 'dead-letter', reason: 'unparseable-body', messageId: 'sqs-id', error: { code: 'UNPARSEABLE_BODY' } },
+      outcome: { status: 'dead-letter', reason: 'unparseable-body', messageId: 'm-1', error: { code: 'UNPARSEABLE_BODY' } },
+    });
+    expect(toInboxMessage(message(), mapping, 'c', new Date(0))).toMatchObject({
+      ok: false,
+      outcome: { status: 'dead-letter', reason: 'missing-message-id', messageId: '', error: { code: 'INVALID_MESSAGE_ID' } },
     });
     expect(receiveCount(message())).toBeUndefined();
     expect(sourceOf('https://sqs.eu-west-1.amazonaws.com/123/orders.fifo')).toBe('sqs:orders.fifo');
+  });
+
+  it("decodes bodies per payload mode: 'raw' bytes, 'content-type' JSON only when the content-type attribute says so", () => {
+    const raw = toInboxMessage(message({ Body: 'plain' }), messageMapping({ fallback: true }, 'raw', 'q'), 'c', new Date(0));
+    expect(raw.ok && Buffer.isBuffer(raw.message.payload) && raw.message.payload.toString()).toBe('plain');
+    const typed = (contentType: string, Body: string) =>
+      toInboxMessage(
+        message({ Body, MessageAttributes: { 'content-type': { DataType: 'String', StringValue: contentType } } }),
+        messageMapping({ fallback: true }, 'content-type', 'q'),
+        'c',
+        new Date(0),
+      );
+    expect(typed('application/json', '{"a":2}')).toMatchObject({ ok: true, message: { payload: { a: 2 } } });
+    const text = typed('text/plain', 'hello');
+    expect(text.ok && Buffer.isBuffer(text.message.payload)).toBe(true);
   });
 });
 
@@ -104,6 +145,34 @@ describe('dead-letter attributes', () => {
     });
     expect(attributes['x-inboxed-error']?.StringValue).toBe('bad \uFFFD control \uFFFD char \u{1F600} kept');
     expect(attributes['message-id']).toBeUndefined();
+    expect(attributes['x-inboxed-message-id']?.StringValue).toBe('id-\uFFFD');
     for (const value of Object.values(attributes)) expect(value.StringValue).toBe(sqsSafeText(value.StringValue!));
+  });
+
+  it('leaves out empty values (SQS refuses them) and, minimal, keeps only the id and reason attributes', () => {
+    const outcome = {
+      status: 'dead-letter' as const,
+      messageId: '',
+      consumer: 'c',
+      reason: 'missing-message-id',
+      error: new InboxError('INVALID_MESSAGE_ID', 'no id'),
+    };
+    const full = deadLetterAttributes(outcome, message({ MessageAttributes: { tenant: { DataType: 'String', StringValue: 'acme' } } }), {
+      queueUrl: 'https://q/orders',
+      messageIdAttribute: 'message-id',
+      messageId: undefined,
+      now: new Date(0),
+    });
+    expect(full).not.toHaveProperty('x-inboxed-message-id');
+    expect(Object.values(full).every((v) => v.StringValue !== '')).toBe(true);
+    const minimal = deadLetterAttributes(
+      { ...outcome, messageId: 'm-1' },
+      message({ MessageAttributes: { tenant: { DataType: 'String', StringValue: 'acme' } } }),
+      { queueUrl: 'https://q/orders', messageIdAttribute: 'message-id', messageId: 'm-1', now: new Date(0) },
+      true,
+    );
+    expect(Object.keys(minimal).sort()).toEqual(
+      ['message-id', 'x-inboxed-attempt', 'x-inboxed-consumer', 'x-inboxed-error', 'x-inboxed-error-code', 'x-inboxed-message-id', 'x-inboxed-reason'].sort(),
+    );
   });
 });

@@ -1,26 +1,38 @@
 import type { Message } from '@aws-sdk/client-sqs';
-import { adapterDeadLetter, decodePayload, UNPARSEABLE_BODY_REASON, type InboxMessage, type InboxOutcome } from '@inboxed/core';
+import { describeError, InboxError, InboxErrorCodes, OutcomeReasons, type InboxMessage, type InboxOutcome } from '@inboxed/core';
+import { adapterDeadLetter, checkMessageId, decodePayload, UNPARSEABLE_BODY_REASON, type MessageIdOptions, type PayloadMode } from '@inboxed/core/adapter';
 
-/** Default message attribute holding the producer's message id. */
+/** The message attribute holding the producer's message id unless `messageId.attribute` says otherwise. */
 export const DEFAULT_MESSAGE_ID_ATTRIBUTE = 'message-id';
 
-/**
- * Returns the message id of a received SQS message, or `undefined` when it has none (the message is
- * then dead-lettered with reason `missing-message-id`). Receives the raw SDK `Message`, with
- * `MessageAttributes` and `Attributes` (system attributes) as received.
- */
-export type MessageIdExtractor = (message: Message) => string | undefined;
+/** The message attribute read as the content type in `payload: 'content-type'` mode. */
+export const CONTENT_TYPE_ATTRIBUTE = 'content-type';
 
-/** How SQS messages become inbox messages. */
-export interface SqsMessageMapping {
-  /** Message attribute with the id. Default `message-id`. */
-  messageIdAttribute: string;
-  /** Custom extraction; wins over the attribute. */
-  extractMessageId?: MessageIdExtractor | undefined;
-  /** Fall back to `MessageDeduplicationId` (FIFO) and then the SQS `MessageId`. Default true. */
-  sqsIdFallback: boolean;
+/** How received SQS messages become inbox messages, resolved from the options. */
+export interface MessageMapping {
+  /** Message attribute with the id. */
+  attribute: string;
+  extract: ((message: Message) => string | undefined) | undefined;
+  /** Fall back to the SQS `MessageId`. */
+  fallback: boolean;
+  payload: PayloadMode;
   /** `sqs:<queue name>`, stored with the inbox row. */
   source: string;
+}
+
+/** Resolves the message-id and payload options (defaults: attribute `message-id`, no fallback, JSON bodies). */
+export function messageMapping(
+  messageId: MessageIdOptions<Message, 'attribute'> | undefined,
+  payload: PayloadMode | undefined,
+  queueUrl: string,
+): MessageMapping {
+  return {
+    attribute: messageId?.attribute ?? DEFAULT_MESSAGE_ID_ATTRIBUTE,
+    extract: messageId?.extract,
+    fallback: messageId?.fallback ?? false,
+    payload: payload ?? 'json',
+    source: sourceOf(queueUrl),
+  };
 }
 
 /** `sqs:<queue name>` for a queue URL (`https://sqs.eu-west-1.amazonaws.com/123/orders` -> `sqs:orders`). */
@@ -38,22 +50,46 @@ function attributeString(message: Message, name: string): string | undefined {
   return undefined;
 }
 
+/** Why a delivery has no usable id, when the adapter can tell before the processor runs. */
+export interface IdProblem {
+  reason: string;
+  error: InboxError;
+}
+
 /**
- * The id that identifies the *logical* message: the extractor's, else the id attribute, else (for
- * FIFO) the `MessageDeduplicationId`, else the SQS `MessageId`. The SQS `MessageId` is stable across
- * redeliveries of one send but not across producer retries (a retried `SendMessage` gets a new one),
- * which is why producers should set the attribute.
+ * The id of the *logical* message, in the contract's order: `extract(message)`, the id attribute,
+ * the FIFO `MessageDeduplicationId` (SQS's own id of a logical send), then, only with `fallback`,
+ * the SQS `MessageId`, which is stable across redeliveries of one send but not across producer
+ * retries. An extractor that throws or returns something other than a string gives no id (the chain
+ * does not go on: its answer was wrong, not absent), with the reason in `problem`.
  */
-export function sqsMessageId(message: Message, mapping: SqsMessageMapping): string | undefined {
-  const custom = mapping.extractMessageId !== undefined ? mapping.extractMessageId(message) : attributeString(message, mapping.messageIdAttribute);
-  if (custom !== undefined || !mapping.sqsIdFallback) return custom;
-  return message.Attributes?.MessageDeduplicationId ?? message.MessageId;
+export function messageIdOf(message: Message, mapping: MessageMapping): { id: string | undefined; problem?: IdProblem } {
+  if (mapping.extract !== undefined) {
+    let extracted: unknown;
+    try {
+      extracted = mapping.extract(message);
+    } catch (error) {
+      const text = `messageId.extract threw: ${describeError(error)}`;
+      return {
+        id: undefined,
+        problem: { reason: OutcomeReasons.MISSING_MESSAGE_ID, error: new InboxError(InboxErrorCodes.INVALID_MESSAGE_ID, text, { cause: error }) },
+      };
+    }
+    if (typeof extracted === 'string') return { id: extracted };
+    if (extracted !== undefined) {
+      const text = `messageId.extract returned ${extracted === null ? 'null' : typeof extracted}, not a string`;
+      return { id: undefined, problem: { reason: OutcomeReasons.INVALID_MESSAGE_ID, error: new InboxError(InboxErrorCodes.INVALID_MESSAGE_ID, text) } };
+    }
+  }
+  const id = attributeString(message, mapping.attribute) ?? message.Attributes?.MessageDeduplicationId;
+  if (id !== undefined) return { id };
+  return { id: mapping.fallback ? message.MessageId : undefined };
 }
 
 /** `ApproximateReceiveCount` as a number (1 = first delivery), when the receive requested it. */
 export function receiveCount(message: Message): number | undefined {
   const raw = message.Attributes?.ApproximateReceiveCount;
-  const count = raw === undefined ? NaN : Number(raw);
+  const count = raw === undefined ? Number.NaN : Number(raw);
   return Number.isInteger(count) && count >= 1 ? count : undefined;
 }
 
@@ -74,25 +110,28 @@ export function headersOf(message: Message): Record<string, unknown> {
 }
 
 /** A received message mapped for the processor, or the dead-letter outcome the adapter decided itself. */
-export type MappedSqsMessage = { ok: true; id: string | undefined; message: InboxMessage } | { ok: false; id: string | undefined; outcome: InboxOutcome };
+export type MappedSqsMessage = { ok: true; id: string; message: InboxMessage } | { ok: false; id: string | undefined; outcome: InboxOutcome };
 
 /**
- * Maps an SQS message to the broker-neutral {@link InboxMessage}: id as above, JSON payload,
- * attempt from `ApproximateReceiveCount`. An unparseable body becomes a `dead-letter` outcome
- * (reason `unparseable-body`) without reaching the processor. A missing id is passed on as is:
- * core dead-letters it with reason `missing-message-id` without touching the database.
+ * Maps an SQS message to the broker-neutral {@link InboxMessage}: id as in {@link messageIdOf},
+ * payload decoded per `mapping.payload` (the `content-type` attribute in `'content-type'` mode),
+ * attempt from `ApproximateReceiveCount`. An unparseable body (`unparseable-body`) or a missing id
+ * (`missing-message-id`) becomes a `dead-letter` outcome without reaching the processor.
  */
-export function toInboxMessage(message: Message, mapping: SqsMessageMapping, consumer: string, receivedAt: Date): MappedSqsMessage {
-  const id = sqsMessageId(message, mapping);
+export function toInboxMessage(message: Message, mapping: MessageMapping, consumer: string, receivedAt: Date): MappedSqsMessage {
+  const { id, problem } = messageIdOf(message, mapping);
   const attempt = receiveCount(message);
-  const decoded = decodePayload(message.Body, 'json');
+  const decoded = decodePayload(message.Body, mapping.payload, attributeString(message, CONTENT_TYPE_ATTRIBUTE));
   if (!decoded.ok) {
-    const messageId = id ?? message.MessageId ?? '(no message id)';
-    return { ok: false, id, outcome: adapterDeadLetter({ messageId, consumer, reason: UNPARSEABLE_BODY_REASON, error: decoded.error, attempt }) };
+    return { ok: false, id, outcome: adapterDeadLetter({ messageId: id ?? '', consumer, reason: UNPARSEABLE_BODY_REASON, error: decoded.error, attempt }) };
+  }
+  if (id === undefined) {
+    const { reason, error } = problem ?? checkMessageId(undefined)!;
+    return { ok: false, id, outcome: adapterDeadLetter({ messageId: '', consumer, reason, error, attempt }) };
   }
   return {
     ok: true,
     id,
-    message: { id: id as string, payload: decoded.payload, headers: headersOf(message), attempt, receivedAt, source: mapping.source },
+    message: { id, payload: decoded.payload, headers: headersOf(message), attempt, receivedAt, source: mapping.source },
   };
 }

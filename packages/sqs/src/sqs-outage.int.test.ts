@@ -1,45 +1,38 @@
-import { SQSClient } from '@aws-sdk/client-sqs';
-import { InboxErrorCodes, withInbox, type InboxMessage } from '@inboxed/core';
+import { InboxErrorCodes, type InboxMessage, withInbox } from '@inboxed/core';
 import { createOutcomeRecorder } from '@inboxed/core/testing';
-import { databaseUrl, requireService, startPostgresProxy, startTcpProxy, waitFor } from '@inboxed/test-support';
+import { databaseUrl, startPostgresProxy, startTcpProxy, waitFor } from '@inboxed/test-support';
 import { drizzle } from 'drizzle-orm/node-postgres';
 import pg from 'pg';
 import { describe, expect, it } from 'vitest';
-import { createQueue, queueDepth, send, sqsTestContext } from './__tests__/sqs-test-kit.js';
-import { SqsErrorCodes } from './sqs-errors.js';
+import { sqsClient, sqsTestContext } from '../test/sqs-test-kit.js';
+import { SqsErrorCodes } from './index.js';
 
 describe('SQS outage', () => {
   const ctx = sqsTestContext();
 
-  it('receives that fail are reported and backed off; after the outage the consumer reconnects and processes', async () => {
-    const queue = await createQueue(ctx.client, 'outage');
-    const dlq = await createQueue(ctx.client, 'outage-dlq');
-    const target = new URL(requireService('sqsEndpoint'));
+  it('failed receives are reported and backed off, status() says reconnecting; after the outage the consumer reconnects and processes', async () => {
+    const h = await ctx.queues();
+    const target = new URL(h.endpoint);
     const proxy = await startTcpProxy(target.hostname, Number(target.port));
-    const proxied = new SQSClient({
-      endpoint: `http://127.0.0.1:${proxy.port}`,
-      region: 'us-east-1',
-      credentials: { accessKeyId: 'test', secretAccessKey: 'test' },
-      maxAttempts: 1,
-    });
+    const proxied = sqsClient(`http://127.0.0.1:${proxy.port}`, { maxAttempts: 1 });
     try {
       const reconnects: Array<{ attempt: number }> = [];
       const recorder = createOutcomeRecorder();
-      const consumer = await ctx.start(
-        { queueUrl: queue.url, deadLetterQueueUrl: dlq.url, handler: recorder.wrap(ctx.inbox()), receiveBackoff: { baseDelayMs: 100, maxDelayMs: 200 } },
-        proxied,
-      );
+      const consumer = await ctx.start(h, { handler: recorder.wrap(ctx.inbox()), receiveBackoff: { baseDelayMs: 100, maxDelayMs: 200 } }, proxied);
       consumer.on('reconnect', (info) => reconnects.push(info));
+      expect(consumer.status()).toMatchObject({ state: 'running', connected: true, consuming: true });
 
       proxy.cut();
       await waitFor('two failed receives', () => ctx.errors.filter((e) => e.code === SqsErrorCodes.RECEIVE_FAILED).length >= 2, 15_000);
-      await send(ctx.client, queue.url, { to: 'ada' }, { id: 'after-outage' });
+      expect(consumer.status()).toMatchObject({ state: 'reconnecting', connected: false, consuming: false, lastError: { code: SqsErrorCodes.RECEIVE_FAILED } });
+      await h.send({ to: 'ada' }, { id: 'after-outage' });
       proxy.restore();
 
       await recorder.waitFor('after-outage', { status: 'processed', timeoutMs: 15_000 });
-      await waitFor('queue empty', async () => (await queueDepth(ctx.client, queue.url)) === 0);
+      await waitFor('queue empty', async () => (await h.pending()) === 0);
       expect(reconnects.length).toBe(1);
       expect(reconnects[0]!.attempt).toBeGreaterThanOrEqual(2);
+      expect(consumer.status()).toMatchObject({ state: 'running', connected: true, consuming: true });
       expect(new Set(ctx.errors.map((e) => e.code))).toEqual(new Set([SqsErrorCodes.RECEIVE_FAILED]));
       expect(await ctx.t.countEffects('after-outage')).toBe(1);
     } finally {
@@ -54,8 +47,7 @@ describe('SQS with the database down', () => {
   const ctx = sqsTestContext();
 
   it('receives during a database outage do not count toward maxAttempts: the ledger, not ApproximateReceiveCount, decides', async () => {
-    const queue = await createQueue(ctx.client, 'db-outage', { VisibilityTimeout: '1' });
-    const dlq = await createQueue(ctx.client, 'db-outage-dlq');
+    const h = await ctx.queues({ attributes: { VisibilityTimeout: '1' } });
     const { proxy, url } = await startPostgresProxy(databaseUrl());
     const pool = new pg.Pool({ connectionString: url, max: 2, connectionTimeoutMillis: 500 });
     pool.on('error', () => {});
@@ -71,9 +63,9 @@ describe('SQS with the database down', () => {
           { db: drizzle(pool), consumer: 'notifications', tables: { schema: ctx.t.schema }, maxAttempts: 3, backoff: { baseDelayMs: 10, jitter: 'none' } },
         ),
       );
-      await ctx.start({ queueUrl: queue.url, deadLetterQueueUrl: dlq.url, handler, visibilityTimeoutSeconds: 1 });
+      await ctx.start(h, { handler, visibilityTimeoutSeconds: 1 });
       proxy.cut();
-      await send(ctx.client, queue.url, { to: 'ada' }, { id: 'through-outage' });
+      await h.send({ to: 'ada' }, { id: 'through-outage' });
       // Four receives while the database is away: ApproximateReceiveCount reaches 4 > maxAttempts.
       await recorder.waitForCount(4, (o) => o.reason === 'database-unavailable', 20_000);
       proxy.restore();
@@ -82,8 +74,9 @@ describe('SQS with the database down', () => {
       await recorder.waitFor('through-outage', { status: 'processed', timeoutMs: 20_000 });
       expect(recorder.outcomes.some((o) => o.status === 'dead-letter')).toBe(false);
       expect(await ctx.t.countEffects('through-outage')).toBe(1);
-      // The outage was reported as an error event, not once per receive.
+      // The outage was reported as one error event, not once per receive.
       expect(ctx.errors.filter((e) => e.code === InboxErrorCodes.DATABASE_UNAVAILABLE)).toHaveLength(1);
+      expect(ctx.errors.filter((e) => e.code === InboxErrorCodes.DATABASE_UNAVAILABLE)[0]!.details).toMatchObject({ reason: 'database-unavailable' });
     } finally {
       await Promise.all(ctx.consumers.splice(0).map((c) => c.stop()));
       await pool.end();

@@ -1,10 +1,11 @@
 import type { DeleteMessageBatchCommandInput, DeleteMessageBatchCommandOutput, SQSClient } from '@aws-sdk/client-sqs';
-import { PermanentError, sleep, type InboxMessage } from '@inboxed/core';
+import { InboxErrorCodes, type InboxMessage, PermanentError } from '@inboxed/core';
+import { sleep } from '@inboxed/core/adapter';
 import { createOutcomeRecorder } from '@inboxed/core/testing';
 import { waitFor } from '@inboxed/test-support';
 import { describe, expect, it } from 'vitest';
-import { createQueue, queueDepth, receiveAll, send, sqsClient, sqsTestContext } from './__tests__/sqs-test-kit.js';
-import { SqsErrorCodes } from './sqs-errors.js';
+import { deadLettersOf, sqsClient, sqsTestContext } from '../test/sqs-test-kit.js';
+import { SqsErrorCodes } from './index.js';
 
 /**
  * fauxqs (like SQS for stale handles on standard queues) never reports failed entries in a
@@ -31,88 +32,136 @@ function failFirstDeleteEntry(client: SQSClient, failure: { Code: string; Sender
   return { injected: () => injected };
 }
 
+/** The first `times` SendMessage calls fail with an SDK error blaming `fault` (nothing is sent). */
+function failSends(client: SQSClient, fault: 'client' | 'server', times = 1): { failed: () => number } {
+  let failed = 0;
+  client.middlewareStack.add(
+    (next, context) => async (args) => {
+      if (context.commandName !== 'SendMessageCommand' || failed >= times) return next(args);
+      failed++;
+      throw Object.assign(new Error(`injected ${fault} fault`), {
+        name: fault === 'client' ? 'InvalidParameterValue' : 'InternalError',
+        $fault: fault,
+        $metadata: {},
+      });
+    },
+    { step: 'initialize', name: 'failSends' },
+  );
+  return { failed: () => failed };
+}
+
+const poison = () => {
+  throw new PermanentError('invalid address');
+};
+
 describe('settling messages on a real SQS API: deletes, dead-letters, redrive, stop', () => {
   const ctx = sqsTestContext();
 
   it('a DeleteMessageBatch entry that fails transiently is retried: nothing left in the queue, no error', async () => {
-    const queue = await createQueue(ctx.client, 'partial');
-    const dlq = await createQueue(ctx.client, 'partial-dlq');
-    for (let i = 1; i <= 5; i++) await send(ctx.client, queue.url, { i }, { id: `p-${i}` });
-    const consumerClient = sqsClient();
+    const h = await ctx.queues();
+    for (let i = 1; i <= 5; i++) await h.send({ i }, { id: `p-${i}` });
+    const consumerClient = sqsClient(h.endpoint);
     const fault = failFirstDeleteEntry(consumerClient, { Code: 'InternalError', SenderFault: false });
     const recorder = createOutcomeRecorder();
-    await ctx.start({ queueUrl: queue.url, deadLetterQueueUrl: dlq.url, handler: recorder.wrap(ctx.inbox()) }, consumerClient);
+    await ctx.start(h, { handler: recorder.wrap(ctx.inbox()) }, consumerClient);
 
     await recorder.waitForCount(5);
-    await waitFor('queue empty', async () => (await queueDepth(ctx.client, queue.url)) === 0);
+    await waitFor('queue empty', async () => (await h.pending()) === 0);
     expect(fault.injected()).toBe(1);
     expect(recorder.counts()).toEqual({ processed: 5 });
     expect(await ctx.t.countEffects()).toBe(5);
     expect(ctx.errors).toEqual([]);
   });
 
-  it('a delete SQS refuses for good is reported with the message id; the redelivery is a duplicate and is deleted', async () => {
-    const queue = await createQueue(ctx.client, 'refused', { VisibilityTimeout: '1' });
-    const dlq = await createQueue(ctx.client, 'refused-dlq');
-    await send(ctx.client, queue.url, { i: 1 }, { id: 'r-1' });
-    const consumerClient = sqsClient();
+  it('a delete SQS refuses for good is reported with the message id and not counted as settled; the redelivery is a duplicate and is deleted', async () => {
+    const h = await ctx.queues({ attributes: { VisibilityTimeout: '1' } });
+    await h.send({ i: 1 }, { id: 'r-1' });
+    const consumerClient = sqsClient(h.endpoint);
     failFirstDeleteEntry(consumerClient, { Code: 'ReceiptHandleIsInvalid', SenderFault: true });
     const recorder = createOutcomeRecorder();
-    await ctx.start({ queueUrl: queue.url, deadLetterQueueUrl: dlq.url, handler: recorder.wrap(ctx.inbox()), visibilityTimeoutSeconds: 1 }, consumerClient);
+    const consumer = await ctx.start(h, { handler: recorder.wrap(ctx.inbox()), visibilityTimeoutSeconds: 1 }, consumerClient);
+    const settled: string[] = [];
+    consumer.on('message_processed', (o) => settled.push(`processed ${o.messageId}`));
+    consumer.on('duplicate', (o) => settled.push(`duplicate ${o.messageId}`));
 
     await recorder.waitFor('r-1', { status: 'duplicate', timeoutMs: 10_000 });
-    await waitFor('queue empty', async () => (await queueDepth(ctx.client, queue.url)) === 0);
+    await waitFor('queue empty', async () => (await h.pending()) === 0);
     expect(ctx.errors.map((e) => [e.code, e.messageIds])).toEqual([[SqsErrorCodes.DELETE_FAILED, ['r-1']]]);
     expect(recorder.counts()).toEqual({ processed: 1, duplicate: 1 });
+    await waitFor('the duplicate settled', () => settled.length === 1);
+    expect(settled).toEqual(['duplicate r-1']); // the processed copy was never deleted: no settled event for it
     expect(await ctx.t.countEffects('r-1')).toBe(1);
   });
 
-  it('without a DLQ URL a dead-letter is left to the redrive policy, and the event says so', async () => {
-    const redriveDlq = await createQueue(ctx.client, 'redrive-dlq');
-    const queue = await createQueue(ctx.client, 'redrive', {
-      VisibilityTimeout: '1',
-      RedrivePolicy: JSON.stringify({ deadLetterTargetArn: redriveDlq.arn, maxReceiveCount: 2 }),
-    });
-    await send(ctx.client, queue.url, { to: 'nobody' }, { id: 'poison-1' });
+  it('a dead-letter copy that could not be sent keeps the original (SQS_DEAD_LETTER_FAILED); it comes back and is dead-lettered once', async () => {
+    const h = await ctx.queues();
+    await h.send({ to: 'nobody' }, { id: 'dlq-down' });
+    const consumerClient = sqsClient(h.endpoint);
+    const fault = failSends(consumerClient, 'server');
     const destinations: string[] = [];
-    const consumer = await ctx.start({
-      queueUrl: queue.url,
-      handler: ctx.inbox(() => {
-        throw new PermanentError('invalid address');
-      }),
-      redeliveryBackoff: { baseDelayMs: 100, jitter: 'none' },
-    });
+    const consumer = await ctx.start(h, { handler: ctx.inbox(poison) }, consumerClient);
+    consumer.on('dead_letter', (_outcome, destination) => destinations.push(destination));
+
+    const dead = await deadLettersOf(h, 1, 15_000);
+    await waitFor('source queue empty', async () => (await h.pending()) === 0);
+    expect(fault.failed()).toBe(1);
+    expect(dead).toHaveLength(1);
+    expect(dead[0]!.MessageAttributes!['x-inboxed-reason']?.StringValue).toBe('permanent-failure');
+    expect(ctx.errors.map((e) => [e.code, e.messageIds])).toEqual([[SqsErrorCodes.DEAD_LETTER_FAILED, ['dlq-down']]]);
+    expect(destinations).toEqual([h.deadLetterQueueUrl]);
+  });
+
+  it('a dead-letter SQS refuses as sent (too large, a bad attribute) is sent again with only the id and reason attributes', async () => {
+    const h = await ctx.queues();
+    await h.send({ to: 'nobody' }, { id: 'refused-copy', attributes: { tenant: { DataType: 'String', StringValue: 'acme' } } });
+    const consumerClient = sqsClient(h.endpoint);
+    failSends(consumerClient, 'client');
+    await ctx.start(h, { handler: ctx.inbox(poison) }, consumerClient);
+
+    const [dead] = await deadLettersOf(h);
+    await waitFor('source queue empty', async () => (await h.pending()) === 0);
+    const attributes = dead!.MessageAttributes!;
+    expect(attributes['x-inboxed-reason']?.StringValue).toBe('permanent-failure');
+    expect(attributes['message-id']?.StringValue).toBe('refused-copy');
+    expect(attributes).not.toHaveProperty('tenant');
+    expect(attributes).not.toHaveProperty('x-inboxed-overflow');
+    expect(ctx.errors).toEqual([]);
+  });
+
+  it('without a DLQ URL a dead-letter is left to the redrive policy, never deleted by the adapter, and the event says so', async () => {
+    const h = await ctx.queues({ attributes: { VisibilityTimeout: '1' }, deadLetter: { redrive: { maxReceiveCount: 2 } } });
+    await h.send({ to: 'nobody' }, { id: 'poison-1' });
+    const destinations: string[] = [];
+    const consumer = await ctx.start(h, { handler: ctx.inbox(poison), redeliveryBackoff: { baseDelayMs: 100, jitter: 'none' } });
     consumer.on('dead_letter', (_outcome, destination) => destinations.push(destination));
 
     // SQS's redrive moves it after maxReceiveCount receives; the adapter never deletes it.
-    const [moved] = await receiveAll(ctx.client, redriveDlq.url, 1, 15_000);
+    const [moved] = await deadLettersOf(h, 1, 15_000);
     expect(moved?.Body).toBe(JSON.stringify({ to: 'nobody' }));
-    expect(await queueDepth(ctx.client, queue.url)).toBe(0);
+    expect(await h.pending()).toBe(0);
     expect(destinations.length).toBeGreaterThanOrEqual(1);
-    expect(destinations[0]).toContain(`redrive-policy:${redriveDlq.arn}`);
+    expect(destinations[0]).toMatch(/^redrive-policy:arn:/);
     expect(ctx.errors).toEqual([]);
   });
 
   it('without a DLQ URL or a redrive policy, start() reports SQS_NO_DEAD_LETTER_TARGET', async () => {
-    const queue = await createQueue(ctx.client, 'nowhere');
-    await ctx.start({ queueUrl: queue.url, handler: ctx.inbox() });
+    const h = await ctx.queues({ deadLetter: 'none' });
+    await ctx.start(h, { handler: ctx.inbox() });
     expect(ctx.errors.map((e) => e.code)).toEqual([SqsErrorCodes.NO_DEAD_LETTER_TARGET]);
   });
 
-  it('start() rejects with SQS_QUEUE_UNAVAILABLE for a queue that does not exist', async () => {
-    const queue = await createQueue(ctx.client, 'exists');
-    await expect(ctx.start({ queueUrl: `${queue.url}-missing`, handler: ctx.inbox() })).rejects.toMatchObject({ code: SqsErrorCodes.QUEUE_UNAVAILABLE });
+  it('start() rejects with SQS_QUEUE_UNAVAILABLE for a queue that does not exist, and with INVALID_OPTIONS for a heartbeat slower than the queue visibility', async () => {
+    const h = await ctx.queues({ attributes: { VisibilityTimeout: '2' } });
+    await expect(ctx.start(h, { queueUrl: `${h.queueUrl}-missing`, handler: ctx.inbox() })).rejects.toMatchObject({ code: SqsErrorCodes.QUEUE_UNAVAILABLE });
+    await expect(ctx.start(h, { handler: ctx.inbox(), heartbeatIntervalMs: 2000 })).rejects.toMatchObject({ code: InboxErrorCodes.INVALID_OPTIONS });
   });
 
-  it('stop() waits for the message in flight, deletes it, and stops polling', async () => {
-    const queue = await createQueue(ctx.client, 'stop');
-    const dlq = await createQueue(ctx.client, 'stop-dlq');
-    await send(ctx.client, queue.url, { i: 1 }, { id: 's-1' });
+  it('stop() aborts the long poll, waits for the message in flight, deletes it, and takes nothing more', async () => {
+    const h = await ctx.queues();
+    await h.send({ i: 1 }, { id: 's-1' });
     let started = false;
     const recorder = createOutcomeRecorder();
-    const consumer = await ctx.start({
-      queueUrl: queue.url,
-      deadLetterQueueUrl: dlq.url,
+    const consumer = await ctx.start(h, {
       waitTimeSeconds: 20,
       handler: recorder.wrap(
         ctx.inbox(async (message: InboxMessage, tx: any) => {
@@ -123,27 +172,27 @@ describe('settling messages on a real SQS API: deletes, dead-letters, redrive, s
       ),
     });
     await waitFor('handler started', () => started);
+    expect(consumer.status().inFlight).toBe(1);
+    const stopping = Date.now();
     await consumer.stop();
 
+    expect(Date.now() - stopping).toBeLessThan(5_000); // not the 20 s long poll
     expect(recorder.counts()).toEqual({ processed: 1 });
-    expect(consumer.status).toEqual({ isRunning: false, polling: 0, inFlight: 0 });
-    expect(await queueDepth(ctx.client, queue.url)).toBe(0);
+    expect(consumer.status()).toMatchObject({ state: 'stopped', connected: false, consuming: false, inFlight: 0 });
+    expect(await h.pending()).toBe(0);
     // Stopped means stopped: a message sent now stays in the queue.
-    await send(ctx.client, queue.url, { i: 2 }, { id: 's-2' });
+    await h.send({ i: 2 }, { id: 's-2' });
     await sleep(300);
-    expect(await queueDepth(ctx.client, queue.url)).toBe(1);
+    expect(await h.pending()).toBe(1);
     expect(await ctx.t.countEffects()).toBe(1);
   });
 
-  it('stop() gives up after stopTimeoutMs with SQS_STOP_TIMEOUT; the message is still settled, not lost', async () => {
-    const queue = await createQueue(ctx.client, 'stopslow');
-    const dlq = await createQueue(ctx.client, 'stopslow-dlq');
-    await send(ctx.client, queue.url, { i: 1 }, { id: 'slow-stop' });
+  it('stop() gives up after stopTimeoutMs with STOP_TIMEOUT; the message is still settled, not lost', async () => {
+    const h = await ctx.queues();
+    await h.send({ i: 1 }, { id: 'slow-stop' });
     let started = false;
     const recorder = createOutcomeRecorder();
-    const consumer = await ctx.start({
-      queueUrl: queue.url,
-      deadLetterQueueUrl: dlq.url,
+    const consumer = await ctx.start(h, {
       stopTimeoutMs: 200,
       handler: recorder.wrap(
         ctx.inbox(async (message: InboxMessage, tx: any) => {
@@ -156,10 +205,10 @@ describe('settling messages on a real SQS API: deletes, dead-letters, redrive, s
     await waitFor('handler started', () => started);
     await consumer.stop();
 
-    expect(ctx.errors.map((e) => e.code)).toEqual([SqsErrorCodes.STOP_TIMEOUT]);
+    expect(ctx.errors.map((e) => e.code)).toEqual([InboxErrorCodes.STOP_TIMEOUT]);
     expect(recorder.outcomes).toEqual([]); // stop() returned while the handler still ran
     await recorder.waitFor('slow-stop', { status: 'processed' });
-    await waitFor('queue empty', async () => (await queueDepth(ctx.client, queue.url)) === 0);
+    await waitFor('queue empty', async () => (await h.pending()) === 0);
     expect(await ctx.t.countEffects('slow-stop')).toBe(1);
   });
 });

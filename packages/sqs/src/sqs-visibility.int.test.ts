@@ -1,16 +1,16 @@
-import { sleep, type InboxMessage } from '@inboxed/core';
+import type { InboxMessage } from '@inboxed/core';
+import { sleep } from '@inboxed/core/adapter';
 import { createOutcomeRecorder } from '@inboxed/core/testing';
 import { waitFor } from '@inboxed/test-support';
 import { describe, expect, it } from 'vitest';
-import { createQueue, queueDepth, send, sqsTestContext } from './__tests__/sqs-test-kit.js';
+import { sqsTestContext } from '../test/sqs-test-kit.js';
 
 describe('visibility: heartbeats, stale receipt handles and retry backoff on a real SQS API', () => {
   const ctx = sqsTestContext();
 
   it('a handler slower than the visibility timeout is kept invisible by heartbeats: no second copy, one effect', async () => {
-    const queue = await createQueue(ctx.client, 'slow', { VisibilityTimeout: '2' });
-    const dlq = await createQueue(ctx.client, 'slow-dlq');
-    await send(ctx.client, queue.url, { report: 'monthly' }, { id: 'slow-1' });
+    const h = await ctx.queues({ attributes: { VisibilityTimeout: '2' } });
+    await h.send({ report: 'monthly' }, { id: 'slow-1' });
     const calls: number[] = [];
     const recorder = createOutcomeRecorder();
     const handler = ctx.inbox(async (message: InboxMessage, tx: any) => {
@@ -19,10 +19,10 @@ describe('visibility: heartbeats, stale receipt handles and retry backoff on a r
       await ctx.insertEffect(message, tx);
     });
     // Three pollers: any of them would receive the message if its visibility lapsed.
-    await ctx.start({ queueUrl: queue.url, deadLetterQueueUrl: dlq.url, handler: recorder.wrap(handler), concurrency: 3, visibilityTimeoutSeconds: 2 });
+    await ctx.start(h, { handler: recorder.wrap(handler), concurrency: 3, visibilityTimeoutSeconds: 2 });
 
     await recorder.waitFor('slow-1', { status: 'processed', timeoutMs: 15_000 });
-    await waitFor('queue empty', async () => (await queueDepth(ctx.client, queue.url)) === 0);
+    await waitFor('queue empty', async () => (await h.pending()) === 0);
     expect(calls).toEqual([1]); // one delivery, first receive
     expect(recorder.counts()).toEqual({ processed: 1 });
     expect(await ctx.t.countEffects('slow-1')).toBe(1);
@@ -30,9 +30,8 @@ describe('visibility: heartbeats, stale receipt handles and retry backoff on a r
   });
 
   it('without heartbeats the copy redelivered mid-handler is a duplicate; the stale receipt handle does not lose or double it', async () => {
-    const queue = await createQueue(ctx.client, 'noheart', { VisibilityTimeout: '1' });
-    const dlq = await createQueue(ctx.client, 'noheart-dlq');
-    await send(ctx.client, queue.url, { report: 'weekly' }, { id: 'slow-2' });
+    const h = await ctx.queues({ attributes: { VisibilityTimeout: '1' } });
+    await h.send({ report: 'weekly' }, { id: 'slow-2' });
     let calls = 0;
     const recorder = createOutcomeRecorder();
     const handler = ctx.inbox(async (message: InboxMessage, tx: any) => {
@@ -40,9 +39,7 @@ describe('visibility: heartbeats, stale receipt handles and retry backoff on a r
       await ctx.insertEffect(message, tx);
       await sleep(2_500); // the message reappears while this transaction holds the inbox row
     });
-    await ctx.start({
-      queueUrl: queue.url,
-      deadLetterQueueUrl: dlq.url,
+    await ctx.start(h, {
       handler: recorder.wrap(handler),
       concurrency: 2,
       visibilityTimeoutSeconds: 1,
@@ -52,7 +49,7 @@ describe('visibility: heartbeats, stale receipt handles and retry backoff on a r
     await recorder.waitForCount(2, undefined, 15_000);
     // The first copy's delete used a receipt handle SQS had replaced (a silent no-op on SQS);
     // the second copy, a duplicate, deletes with the current one.
-    await waitFor('queue empty', async () => (await queueDepth(ctx.client, queue.url)) === 0);
+    await waitFor('queue empty', async () => (await h.pending()) === 0);
     // One copy per lapsed visibility timeout (one or two in 2.5 s), each acked as a duplicate.
     expect(recorder.counts().processed).toBe(1);
     expect(recorder.counts().duplicate).toBeGreaterThanOrEqual(1);
@@ -61,9 +58,8 @@ describe('visibility: heartbeats, stale receipt handles and retry backoff on a r
   });
 
   it('failure then success: each retry sets a longer visibility timeout, observed as growing gaps', async () => {
-    const queue = await createQueue(ctx.client, 'flaky');
-    const dlq = await createQueue(ctx.client, 'flaky-dlq');
-    await send(ctx.client, queue.url, { to: 'ada' }, { id: 'flaky-1' });
+    const h = await ctx.queues({ attributes: { VisibilityTimeout: '30' } });
+    await h.send({ to: 'ada' }, { id: 'flaky-1' });
     const seen: Array<{ at: number; attempt: number | undefined }> = [];
     const recorder = createOutcomeRecorder();
     const handler = ctx.inbox(async (message: InboxMessage, tx: any) => {
@@ -72,11 +68,11 @@ describe('visibility: heartbeats, stale receipt handles and retry backoff on a r
       await ctx.insertEffect(message, tx);
     }); // core backoff: 1 s, then 2 s (no jitter)
     const retries: number[] = [];
-    const consumer = await ctx.start({ queueUrl: queue.url, deadLetterQueueUrl: dlq.url, handler: recorder.wrap(handler), concurrency: 2 });
+    const consumer = await ctx.start(h, { handler: recorder.wrap(handler), concurrency: 2 });
     consumer.on('retry', (outcome) => retries.push(outcome.retryAfterMs ?? -1));
 
     await recorder.waitFor('flaky-1', { status: 'processed', timeoutMs: 15_000 });
-    await waitFor('queue empty', async () => (await queueDepth(ctx.client, queue.url)) === 0);
+    await waitFor('queue empty', async () => (await h.pending()) === 0);
     expect(recorder.counts()).toEqual({ retry: 2, processed: 1 });
     expect(retries).toEqual([1000, 2000]);
     expect(seen.map((s) => s.attempt)).toEqual([1, 2, 3]); // ApproximateReceiveCount

@@ -1,4 +1,5 @@
-import { backoffDelay, type BackoffOptions, type InboxOutcome } from '@inboxed/core';
+import type { InboxOutcome } from '@inboxed/core';
+import { backoffDelay, type BackoffOptions } from '@inboxed/core/adapter';
 
 /** SQS's ceiling for a visibility timeout, and for the total time one receive may stay invisible: 12 hours. */
 export const MAX_VISIBILITY_TIMEOUT_SECONDS = 43_200;

@@ -1,6 +1,5 @@
 import { GetQueueAttributesCommand, type SQSClient } from '@aws-sdk/client-sqs';
 import { SqsErrorCodes, toSqsError } from './sqs-errors.js';
-import { isFifoQueueUrl } from './sqs-dead-letter.js';
 
 /** What the adapter needs to know about a queue, read once with `GetQueueAttributes`. */
 export interface QueueInfo {
@@ -11,26 +10,8 @@ export interface QueueInfo {
   redrive?: { deadLetterTargetArn: string; maxReceiveCount: number };
 }
 
-const cache = new WeakMap<SQSClient, Map<string, Promise<QueueInfo>>>();
-
-/** Reads (once per client and queue) the queue's visibility timeout, FIFO flag and redrive policy. Throws `SQS_QUEUE_UNAVAILABLE`. */
-export function loadQueueInfo(client: SQSClient, queueUrl: string): Promise<QueueInfo> {
-  let perClient = cache.get(client);
-  if (perClient === undefined) {
-    perClient = new Map();
-    cache.set(client, perClient);
-  }
-  let info = perClient.get(queueUrl);
-  if (info === undefined) {
-    info = fetchQueueInfo(client, queueUrl);
-    perClient.set(queueUrl, info);
-    // A failure must not be cached: the next call asks SQS again.
-    info.catch(() => perClient.delete(queueUrl));
-  }
-  return info;
-}
-
-async function fetchQueueInfo(client: SQSClient, queueUrl: string): Promise<QueueInfo> {
+/** Reads the queue's visibility timeout, FIFO flag and redrive policy. Throws `SQS_QUEUE_UNAVAILABLE`. */
+export async function readQueueInfo(client: SQSClient, queueUrl: string): Promise<QueueInfo> {
   let attributes: Record<string, string>;
   try {
     const result = await client.send(
@@ -62,4 +43,9 @@ export function redriveDestination(info: QueueInfo | undefined): string {
   return info?.redrive !== undefined
     ? `redrive-policy:${info.redrive.deadLetterTargetArn} (after maxReceiveCount ${info.redrive.maxReceiveCount})`
     : 'redrive-policy:none (no deadLetterQueueUrl and no redrive policy: redelivered with backoff)';
+}
+
+/** True for a FIFO queue URL (its name ends in `.fifo`). */
+export function isFifoQueueUrl(queueUrl: string): boolean {
+  return queueUrl.replace(/\/+$/, '').endsWith('.fifo');
 }
