@@ -3,6 +3,7 @@
 // processor that writes one `effects` row per message, and reports on stdout, one line each:
 //   ready                  consuming
 //   settling <status> <id> an outcome is final (committed) and about to be settled with the broker
+// WORK_MS makes each handler call take that much longer (the soak's stand-in for real work).
 // With CRASH=after-commit it SIGKILLs itself at the first `settling processed`: the effect
 // committed, the broker never heard of it. Otherwise it runs until killed or SIGTERMed.
 import path from 'node:path';
@@ -28,7 +29,9 @@ const pool = new pg.Pool({ connectionString: env('DATABASE_URL'), max: 8 });
 pool.on('error', () => {}); // connections die with the database or this process; outcomes say so
 const db = drizzle(pool);
 const options = { db, consumer: env('CONSUMER_NAME'), tables: { schema }, backoff: { baseDelayMs: 100, maxDelayMs: 1000 }, maxAttempts: 20 };
+const workMs = Number(process.env.WORK_MS ?? 0);
 const insert = async (messages: InboxMessage[], tx: any) => {
+  if (workMs > 0) await new Promise((resolve) => setTimeout(resolve, workMs));
   await tx.execute(sql`insert into ${sql.raw(`"${schema}"`)}.effects (message_id) select unnest(${sql.param(messages.map((m) => m.id))}::text[])`);
 };
 const handler =

@@ -14,9 +14,11 @@ const CONFLICTS = 12;
 /** Kills stop after this long even if the work is not done yet, so a slow broker still converges. */
 const KILL_PHASE_MS = Number(process.env.SOAK_KILL_PHASE_MS ?? 45_000);
 const SETTLE_TIMEOUT_MS = 300_000;
-/** The stream is published in at least this many parts, one every PUBLISH_INTERVAL_MS. */
-const PUBLISH_CHUNKS = 12;
-const PUBLISH_INTERVAL_MS = 750;
+/** The stream is published over this long (at least 12 s, 1 s per 1,000 deliveries), a part every PUBLISH_INTERVAL_MS. */
+const PUBLISH_MS = Math.max(12_000, SOAK_MESSAGES);
+const PUBLISH_INTERVAL_MS = 200;
+/** What each handler does besides its insert (ms), so deliveries are in flight when a kill lands. */
+const WORK_MS = '5';
 /** A soak that killed fewer workers than this proved nothing about kills. */
 const MIN_KILLS = 3;
 
@@ -38,6 +40,12 @@ export function soakPlan(total: number, random: () => number = Math.random) {
   return { messages, ids, conflictIds, duplicates: total - uniqueCount - CONFLICTS };
 }
 
+function countBy(values: string[]): Record<string, number> {
+  const counts: Record<string, number> = {};
+  for (const value of values.sort()) counts[value] = (counts[value] ?? 0) + 1;
+  return counts;
+}
+
 /** What a soak ended with, printed as its summary line. */
 export interface SoakSummary {
   broker: string;
@@ -48,6 +56,8 @@ export interface SoakSummary {
   kills: number;
   effects: number;
   deadLetters: number;
+  /** What the workers settled, by status (`settling` lines of every worker, killed ones included). */
+  settled: Record<string, number>;
   seconds: number;
 }
 
@@ -55,7 +65,11 @@ export function summaryLine(s: SoakSummary): string {
   return (
     `soak ${s.broker}: N=${s.published} (${s.unique} unique ids, ${s.duplicates} duplicate deliveries = ${Math.round((100 * s.duplicates) / s.published)}%, ` +
     `${s.conflicts} conflicts), ${WORKERS} workers, ${s.kills} SIGKILLs, effects=${s.effects} (one per unique id, none twice), ` +
-    `dead letters=${s.deadLetters}, pending=0, ${s.seconds.toFixed(0)} s`
+    `dead letters=${s.deadLetters}, pending=0; settled ${Object.entries(s.settled)
+      .map(([status, n]) => `${status} ${n}`)
+      .join(
+        ', ',
+      )} (${Object.values(s.settled).reduce((a, b) => a + b, 0) - s.published} beyond one per delivery: kills after a commit, retries); ${s.seconds.toFixed(0)} s`
   );
 }
 
@@ -72,27 +86,32 @@ export async function soak(createHarness: () => BrokerHarness): Promise<SoakSumm
   const h = createHarness();
   await h.setup();
   const workers: Worker[] = [];
+  const everyWorker: Worker[] = [];
   const crashed: string[] = [];
   try {
     const plan = soakPlan(SOAK_MESSAGES);
-    const env = { ...h.workerEnv(), BROKER: h.broker, DATABASE_URL: databaseUrl(), SCHEMA: t.schema, CONSUMER_NAME: `${h.broker}.soak` };
+    const env = { ...h.workerEnv(), BROKER: h.broker, DATABASE_URL: databaseUrl(), SCHEMA: t.schema, CONSUMER_NAME: `${h.broker}.soak`, WORK_MS };
     const spawn = (slot: number) => {
       const worker = startWorker({ ...env, MODE: slot === 0 ? 'batch' : 'single' });
       void worker.exited.then(({ signal }) => {
         if (signal !== 'SIGKILL' && signal !== 'SIGTERM') crashed.push(worker.output());
       });
       workers[slot] = worker;
+      everyWorker.push(worker);
     };
     for (let slot = 0; slot < WORKERS; slot++) spawn(slot);
 
     const countEffects = async () => Number((await t.query<{ n: number }>(`select count(*)::int as n from "${t.schema}".effects`))[0]!.n);
-    // The stream arrives over time, as in production, so the kills land while work is in flight.
+    // The stream arrives steadily over PUBLISH_MS, as in production, so every kill lands on work in
+    // flight: deliveries received, in a transaction, committed and not yet settled.
     let published = false;
-    const chunk = Math.ceil(plan.messages.length / Math.max(PUBLISH_CHUNKS, plan.messages.length / 1_000));
+    const parts = Math.ceil(PUBLISH_MS / PUBLISH_INTERVAL_MS);
+    const chunk = Math.ceil(plan.messages.length / parts);
     const publishing = (async () => {
       for (let i = 0; i < plan.messages.length; i += chunk) {
+        const next = Date.now() + PUBLISH_INTERVAL_MS;
         await h.publish(plan.messages.slice(i, i + chunk));
-        await new Promise((resolve) => setTimeout(resolve, PUBLISH_INTERVAL_MS));
+        await new Promise((resolve) => setTimeout(resolve, Math.max(0, next - Date.now())));
       }
       published = true;
     })();
@@ -140,6 +159,7 @@ export async function soak(createHarness: () => BrokerHarness): Promise<SoakSumm
       kills,
       effects: rows.length,
       deadLetters: deadLetters.length,
+      settled: countBy(everyWorker.flatMap((w) => w.settling.map(([status]) => status))),
       seconds: (Date.now() - began) / 1_000,
     };
   } finally {
