@@ -2,6 +2,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { watchOutput } from './child-output.js';
 
 /** One ```ts block of a README, with the hidden prelude (`<!-- ts-prelude ... -->`) written right above it. */
 export interface ReadmeSnippet {
@@ -80,41 +81,16 @@ export async function startQuickStart(options: {
     env: { ...process.env, ...options.env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
-  let output = '';
-  const waiters = new Set<() => void>();
-  const append = (chunk: Buffer) => {
-    output += chunk.toString();
-    for (const wake of waiters) wake();
-  };
-  child.stdout!.on('data', append);
-  child.stderr!.on('data', append);
+  const watched = watchOutput(child, 'the quick start');
   const exited = new Promise<number | null>((resolve) =>
     child.once('exit', (code) => {
       rmSync(file, { force: true });
-      for (const wake of waiters) wake();
       resolve(code);
     }),
   );
   const running: RunningQuickStart = {
-    output: () => output,
-    waitForOutput(text, timeoutMs = 20_000) {
-      return new Promise((resolve, reject) => {
-        const timer = setTimeout(() => done(new Error(`timed out after ${timeoutMs} ms waiting for ${JSON.stringify(text)}; output:\n${output}`)), timeoutMs);
-        const check = () => {
-          if (output.includes(text)) done();
-          else if (child.exitCode !== null)
-            done(new Error(`the quick start exited (${child.exitCode}) before printing ${JSON.stringify(text)}; output:\n${output}`));
-        };
-        function done(error?: Error) {
-          clearTimeout(timer);
-          waiters.delete(check);
-          if (error === undefined) resolve();
-          else reject(error);
-        }
-        waiters.add(check);
-        check();
-      });
-    },
+    output: watched.output,
+    waitForOutput: (text, timeoutMs = 20_000) => watched.waitFor(text, timeoutMs),
     async stop(timeoutMs = 15_000) {
       if (child.exitCode !== null) return child.exitCode;
       child.kill('SIGTERM');

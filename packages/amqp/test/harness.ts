@@ -8,6 +8,7 @@ import type { AnyInboxProcessor, InboxOutcome } from '@inboxed/core';
 import type { InboxConsumer } from '@inboxed/core/adapter';
 import type {} from '@inboxed/test-support/amqp-setup';
 import { uniqueName } from '@inboxed/test-support/unique-name';
+import { requiredEnv } from '@inboxed/test-support/worker-env';
 import amqp, { type ChannelModel, type ConfirmChannel, type GetMessage, type Options } from 'amqplib';
 import type { BrokerHarness, ConsumerSettings, DeadLetter, HarnessModule, PublishedMessage } from '../../../test/conformance/harness.js';
 import { type AmqpConsumerOptions, assertAmqpTopology, createAmqpConsumer } from '../src/index.js';
@@ -214,11 +215,7 @@ export function createWorkerConsumer(
   handler: AnyInboxProcessor,
   beforeSettle: (outcome: InboxOutcome) => void | Promise<void>,
 ): InboxConsumer {
-  const required = (key: string) => {
-    const value = env[key];
-    if (value === undefined || value === '') throw new Error(`amqp worker: ${key} is not set`);
-    return value;
-  };
+  const required = (name: string) => requiredEnv(env, name, 'amqp worker');
   return createAmqpConsumer({
     url: required('AMQP_URL'),
     queue: required('AMQP_QUEUE'),

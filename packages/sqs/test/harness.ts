@@ -14,6 +14,7 @@ import {
 import type { AnyInboxProcessor, InboxOutcome } from '@inboxed/core';
 import type { InboxConsumer } from '@inboxed/core/adapter';
 import { uniqueName } from '@inboxed/test-support/unique-name';
+import { requiredEnv } from '@inboxed/test-support/worker-env';
 import type { BrokerHarness, ConsumerSettings, DeadLetter } from '../../../test/conformance/harness.js';
 import type {} from '../../../test/support/sqs-setup.js';
 import { createSqsConsumer, type SqsConsumerOptions } from '../src/index.js';
@@ -186,11 +187,7 @@ export function createWorkerConsumer(
   handler: AnyInboxProcessor,
   beforeSettle: (outcome: InboxOutcome) => void | Promise<void>,
 ): InboxConsumer {
-  const required = (name: string) => {
-    const value = env[name];
-    if (value === undefined || value === '') throw new Error(`sqs worker: ${name} is not set`);
-    return value;
-  };
+  const required = (name: string) => requiredEnv(env, name, 'sqs worker');
   return createSqsConsumer({
     client: sqsClient(required('SQS_ENDPOINT')),
     queueUrl: required('SQS_QUEUE_URL'),
