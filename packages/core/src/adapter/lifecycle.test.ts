@@ -145,7 +145,9 @@ describe('ConsumerLifecycle', () => {
       }),
     );
     expect(lifecycle.status().inFlight).toBe(1);
-    await lifecycle.stop();
+    const stopped = lifecycle.stop();
+    expect(lifecycle.status()).toMatchObject({ state: 'stopping', consuming: false });
+    await stopped;
     order.push(...broker.calls.slice(1));
     expect(signal.aborted).toBe(true);
     expect(order).toEqual(['delivery settled', 'quiesce', 'end']);

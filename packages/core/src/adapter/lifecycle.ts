@@ -91,6 +91,8 @@ export class ConsumerLifecycle {
   stop(): Promise<void> {
     if (this.ending !== undefined) return this.ending;
     if (this.state === 'idle' || this.state === 'stopped') return Promise.resolve();
+    // Say so at once (health probes, `active`); a consumer still starting says `stopping` once started.
+    if (this.state !== 'starting') this.state = 'stopping';
     this.ending = this.drainAndEnd().finally(() => {
       this.ending = undefined;
     });
