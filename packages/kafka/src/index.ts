@@ -5,34 +5,34 @@
  *
  * @packageDocumentation
  */
-export { createKafkaConsumer, type KafkaConsumerOptions, type KafkaInboxConsumer } from './kafka-consumer.js';
+
+/** The consumer: `createKafkaConsumer(options)` returns an `InboxConsumer` (`start`, `stop`, `status`, `on`). */
+export { createKafkaConsumer } from './kafka-consumer.js';
+/** Options of `createKafkaConsumer` and of the low-level handlers. */
+export type { KafkaConsumerOptions, KafkaProcessingOptions } from './kafka-options.js';
+/** Low-level handlers for your own `consumer.run(...)`, with their options and controls. */
 export {
-  createEachMessageHandler,
   createEachBatchHandler,
+  createEachMessageHandler,
   type KafkaHandlerOptions,
   type KafkaHandlerControls,
-  type KafkaEachMessageHandler,
   type KafkaEachBatchHandler,
-} from './kafka-handlers.js';
-export type { KafkaProcessingOptions } from './kafka-runtime.js';
+  type KafkaEachMessageHandler,
+} from './kafka-handler.js';
+/** What `messageId.extract` is given: the record with its topic and partition. */
+export type { KafkaDelivery } from './kafka-message.js';
+/** Error codes of this package (core's codes such as `STOP_TIMEOUT` come with `@inboxed/core`). */
 export { KafkaErrorCodes, type KafkaErrorCode } from './kafka-errors.js';
-export { KafkaDeadLetterHeaders, deadLetterTopicFor, type DeadLetterTopicOption } from './kafka-dead-letter.js';
-export {
-  toInboxMessage,
-  messageIdOf,
-  recordIdentity,
-  headerString,
-  type MessageIdExtractor,
-  type MessageMappingOptions,
-  type MappedRecord,
-  type RecordPosition,
-} from './kafka-message.js';
+/** The Kafka-specific dead-letter headers, and the `deadLetterTopic` option's type. */
+export { KafkaDeadLetterHeaders, type DeadLetterTopicOption } from './kafka-dead-letter.js';
+/** The structural kafkajs types the adapter accepts (kafkajs itself, or a KafkaJS-compatible client). */
 export type {
   KafkaLike,
   KafkaConsumerLike,
   KafkaProducerLike,
   KafkaConsumerConfigLike,
   KafkaProducerConfigLike,
+  KafkaConsumerEventNames,
   KafkaRecord,
   KafkaHeaders,
   KafkaOutgoingRecord,
@@ -41,3 +41,14 @@ export type {
   KafkaBatchLike,
   TopicPartitions,
 } from './kafka-types.js';
+/** The shared consumer contract, re-exported for convenience. */
+export type {
+  InboxConsumer,
+  ConsumerStatus,
+  ConsumerState,
+  ConsumerEvents,
+  DeliveryTiming,
+  InboxLogger,
+  MessageIdOptions,
+  PayloadMode,
+} from '@inboxed/core/adapter';

@@ -1,223 +1,219 @@
-import { backoffDelay, checkTablesAtStart, ConsumerEventEmitter, InboxError, InboxErrorCodes, type AnyInboxProcessor } from '@inboxed/core';
+import { InboxError, InboxErrorCodes } from '@inboxed/core';
+import {
+  backoffDelay,
+  checkTablesAtStart,
+  ConsumerEventEmitter,
+  ConsumerLifecycle,
+  DEFAULT_STOP_TIMEOUT_MS,
+  defaultLogger,
+  InFlight,
+  type ConsumerStatus,
+  type InboxConsumer,
+} from '@inboxed/core/adapter';
+import { attachRuntime, type KafkaRuntime } from './kafka-batch.js';
 import { KafkaErrorCodes, kafkaError } from './kafka-errors.js';
-import { KafkaRuntime, type KafkaProcessingOptions } from './kafka-runtime.js';
-import type { KafkaConsumerConfigLike, KafkaConsumerLike, KafkaLike, KafkaProducerConfigLike, KafkaProducerLike } from './kafka-types.js';
+import { processingSettings, type KafkaConsumerOptions } from './kafka-options.js';
+import type { KafkaConsumerLike, KafkaProducerLike } from './kafka-types.js';
 
-/** Options of {@link createKafkaConsumer}. */
-export interface KafkaConsumerOptions extends KafkaProcessingOptions {
-  /** A kafkajs `Kafka` instance (or a KafkaJS-compatible client). */
-  kafka: KafkaLike;
-  /** The consumer group. */
-  groupId: string;
-  /** Topics (names or patterns) to subscribe to. */
-  topics: string | RegExp | (string | RegExp)[];
-  /** A processor from `withInbox` (per message) or `withInboxBatch` (per chunk). */
-  handler: AnyInboxProcessor;
-  /**
-   * `'message'`: kafkajs `eachMessage`, one commit per record. `'batch'`: kafkajs `eachBatch`,
-   * one processor call and one commit per chunk of `batchSize`. Default: `'batch'` for a
-   * `withInboxBatch` processor, `'message'` otherwise.
-   */
-  mode?: 'message' | 'batch';
-  /** Where a group without committed offsets starts. Default `true` (earliest), so records produced before the first start are not skipped. */
-  fromBeginning?: boolean;
-  /** Partitions processed at the same time (kafkajs `partitionsConsumedConcurrently`). Order is kept per partition. Default 1. */
-  partitionsConsumedConcurrently?: number;
-  /** Merged over `{ groupId }` and passed to `kafka.consumer()` (session timeout, heartbeat interval, max wait, ...). */
-  consumerConfig?: Partial<KafkaConsumerConfigLike>;
-  /**
-   * Produce dead-letters with an idempotent producer (kafkajs `idempotent: true`), so a send
-   * retried after a lost ack is not written twice. Default `true`. Brokers without
-   * InitProducerId support through the controller (librdkafka's mock cluster reports controller
-   * id 0, which kafkajs cannot find) need `false`: dead-letters are then still produced with
-   * `acks: -1` and awaited, but a retried send may write a second copy.
-   */
-  idempotentDeadLetters?: boolean;
-  /** Merged over `{ idempotent, maxInFlightRequests: 1 }` for the dead-letter producer. */
-  producerConfig?: KafkaProducerConfigLike;
-  /** Bring your own connected dead-letter producer instead; it is not disconnected by `stop()`. */
-  producer?: KafkaProducerLike;
-  /**
-   * kafkajs restarts a crashed consumer only for retriable errors; any other crash leaves it dead.
-   * With `true` (default) the adapter then starts a fresh consumer after a backoff (1 s doubling
-   * to 30 s, emitting `reconnect`), which resumes from the committed offsets. `false`: stay down
-   * (the crash is still reported as a `KAFKA_CONSUMER_CRASHED` error).
-   */
-  restartOnCrash?: boolean;
-}
-
-/** A running (or startable) Kafka inbox consumer. */
-export interface KafkaInboxConsumer {
-  /** Connects, subscribes and starts consuming. Throws `KAFKA_CONNECTION_FAILED` when that fails. */
-  start(): Promise<void>;
-  /**
-   * Stops taking records, lets in-flight chunks finish (up to `stopTimeoutMs`; unfinished work is
-   * abandoned uncommitted and replays later as duplicates, and the disconnect then completes in the
-   * background once the hung handler returns), stops the kafkajs consumer and disconnects. Safe to
-   * call twice.
-   */
-  stop(): Promise<void>;
-  /** Subscribes to `message_processed`, `duplicate`, `retry`, `dead_letter`, `error`, `reconnect`. Returns an unsubscribe function. */
-  on: ConsumerEventEmitter['on'];
+/** One kafkajs consumer with its processing side; a crash kafkajs does not recover from replaces it. */
+interface Session {
+  consumer: KafkaConsumerLike;
+  runtime: KafkaRuntime;
 }
 
 const asList = <T>(value: T | T[]): T[] => (Array.isArray(value) ? value : [value]);
 
+/** Pauses every partition assigned to the consumer, so kafkajs fetches nothing more. */
+function pauseAssigned(consumer: KafkaConsumerLike, runtime: KafkaRuntime): void {
+  const assigned = runtime.group.assigned();
+  const topics = [...new Set(assigned.map((a) => a.topic))];
+  if (topics.length === 0) return;
+  try {
+    consumer.pause(topics.map((topic) => ({ topic, partitions: assigned.filter((a) => a.topic === topic).map((a) => a.partition) })));
+  } catch {
+    // Not running (any more): nothing is fetched anyway.
+  }
+}
+
 /**
  * A kafkajs consumer group member whose handler effects commit exactly once per message id, with
  * auto-commit off: an offset is committed only after the record's outcome is final (processed,
- * duplicate, rejected, or dead-lettered with an acked dead-letter record). A `retry` holds its
- * partition at the failing offset (paused, seeked back, resumed after the backoff) while other
- * partitions keep flowing; work for partitions revoked by a rebalance never commits.
+ * duplicate, rejected, or dead-lettered with an acknowledged dead-letter record). A `retry` holds
+ * its partition at the failing record (paused, seeked back, resumed after the backoff) while
+ * other partitions keep flowing. Work of a past group generation never commits, and once the group
+ * refuses a commit the member stops its fetched records at once and rejoins.
+ *
+ * `status().connected` is true while the kafkajs consumer is connected and in the group;
+ * `consuming` while it runs with at least one assigned partition that is not held for a retry.
  *
  * @example
  * const consumer = createKafkaConsumer({ kafka, groupId: 'billing', topics: ['payments'], handler: processor });
  * consumer.on('dead_letter', (outcome, topic) => log.warn({ outcome, topic }));
  * await consumer.start();
  */
-export function createKafkaConsumer(options: KafkaConsumerOptions): KafkaInboxConsumer {
-  const {
-    kafka,
-    groupId,
-    topics,
-    handler,
-    mode,
-    fromBeginning,
-    partitionsConsumedConcurrently,
-    consumerConfig,
-    idempotentDeadLetters,
-    producerConfig,
-    producer: ownProducer,
-    restartOnCrash,
-    ...processing
-  } = options;
+export function createKafkaConsumer(options: KafkaConsumerOptions): InboxConsumer {
+  const { kafka, groupId, handler, fromBeginning, partitionsConsumedConcurrently, consumerConfig, idempotentDeadLetters, producerConfig, restartOnCrash } =
+    options;
   if (typeof groupId !== 'string' || groupId === '') throw new InboxError(InboxErrorCodes.INVALID_OPTIONS, 'options.groupId must be a non-empty string');
-  if (typeof handler !== 'function' || (handler.kind !== 'single' && handler.kind !== 'batch')) {
-    throw new InboxError(InboxErrorCodes.INVALID_OPTIONS, 'options.handler must be a processor from withInbox() or withInboxBatch()');
-  }
-  const topicList = asList(topics);
-  if (topicList.length === 0) throw new InboxError(InboxErrorCodes.INVALID_OPTIONS, 'options.topics must name at least one topic');
-  const runMode = mode ?? (handler.kind === 'batch' ? 'batch' : 'message');
-  const events = new ConsumerEventEmitter();
-  let state: 'idle' | 'starting' | 'running' | 'stopped' = 'idle';
-  let consumer: KafkaConsumerLike | undefined;
+  const settings = processingSettings(handler, options);
+  const topics = asList(options.topics);
+  if (topics.length === 0) throw new InboxError(InboxErrorCodes.INVALID_OPTIONS, 'options.topics must name at least one topic');
+  const stopTimeoutMs = options.stopTimeoutMs ?? DEFAULT_STOP_TIMEOUT_MS;
+  const events = new ConsumerEventEmitter(options.logger ?? defaultLogger);
+  const inFlight = new InFlight();
+  const name = `kafka consumer of group ${groupId}`;
+  let session: Session | undefined;
   let producer: KafkaProducerLike | undefined;
-  let runtime: KafkaRuntime | undefined;
   let restarts = 0;
   let restartTimer: NodeJS.Timeout | undefined;
+  /** Set while the consumer is down after a crash: the delay before the restart, for the `reconnect` event. */
+  let down: { since: number; delayMs: number } | undefined;
 
-  const disconnectConsumer = async (target: KafkaConsumerLike | undefined) => {
+  const disconnect = async (what: 'consumer' | 'dead-letter producer', target: KafkaConsumerLike | KafkaProducerLike | undefined) => {
     await target
       ?.disconnect()
-      .catch((error: unknown) => events.emit('error', kafkaError(KafkaErrorCodes.KAFKA_CONNECTION_FAILED, 'disconnecting the consumer failed', error)));
-  };
-  const disconnect = async () => {
-    await disconnectConsumer(consumer);
-    if (ownProducer === undefined) {
-      await producer
-        ?.disconnect()
-        .catch((error: unknown) =>
-          events.emit('error', kafkaError(KafkaErrorCodes.KAFKA_CONNECTION_FAILED, 'disconnecting the dead-letter producer failed', error)),
-        );
-    }
+      .catch((error: unknown) => events.emit('error', kafkaError(KafkaErrorCodes.KAFKA_DISCONNECT_FAILED, `disconnecting the ${what} failed`, error)));
   };
 
-  /** A fresh kafkajs consumer and runtime, subscribed and running. */
-  const launch = async () => {
-    const current = kafka.consumer({ ...consumerConfig, groupId });
-    consumer = current;
-    const run = new KafkaRuntime(
-      { processor: handler, consumer: current, producer: producer!, events, groupId, onFatalCrash: () => scheduleRestart(run) },
-      processing,
-    );
-    runtime = run;
+  /** A fresh kafkajs consumer and its runtime, subscribed and running (its group join done or failed). */
+  const launch = async (): Promise<void> => {
+    const consumer = kafka.consumer({ ...consumerConfig, groupId });
+    const runtime = attachRuntime({
+      processor: handler,
+      consumer,
+      producer: producer!,
+      events,
+      settings,
+      groupId,
+      inFlight,
+      taking: () => lifecycle.active && session?.consumer === consumer,
+      signal: () => lifecycle.signal,
+      listeners: {
+        joined: (assignment) => {
+          events.logger.info(
+            { groupId, assignment: Object.fromEntries([...assignment].map(([topic, partitions]) => [topic, [...partitions]])) },
+            'joined the group',
+          );
+          // A rebalance while stopping: the newly assigned partitions are not fetched either.
+          if (!lifecycle.active) pauseAssigned(consumer, runtime);
+          rejoined();
+        },
+        crashed: (error, restart) => crashed(consumer, error, restart),
+      },
+    });
+    session = { consumer, runtime };
     try {
-      await current.connect();
-      await current.subscribe({ topics: topicList, fromBeginning: fromBeginning ?? true });
-      await current.run({
+      await consumer.connect();
+      await consumer.subscribe({ topics, fromBeginning: fromBeginning ?? true });
+      await consumer.run({
         autoCommit: false,
         eachBatchAutoResolve: false,
         partitionsConsumedConcurrently: partitionsConsumedConcurrently ?? 1,
-        ...(runMode === 'batch' ? { eachBatch: run.eachBatch } : { eachMessage: run.eachMessage }),
+        eachBatch: async ({ batch, resolveOffset, heartbeat, isRunning, isStale }) =>
+          runtime.run({ topic: batch.topic, partition: batch.partition, messages: batch.messages, resolveOffset, heartbeat, isRunning, isStale }),
       });
     } catch (error) {
-      run.close();
-      await disconnectConsumer(current);
-      throw kafkaError(KafkaErrorCodes.KAFKA_CONNECTION_FAILED, `starting the Kafka consumer for group ${groupId} failed`, error, {
-        details: { groupId, topics: topicList.map(String) },
+      runtime.close();
+      await disconnect('consumer', consumer);
+      throw kafkaError(KafkaErrorCodes.KAFKA_CONNECT_FAILED, `starting the Kafka consumer of group ${groupId} failed`, error, {
+        details: { groupId, topics: topics.map(String) },
       });
     }
   };
 
+  /** A join after a crash: the consumer is back. */
+  const rejoined = () => {
+    if (down === undefined) return;
+    const { since, delayMs } = down;
+    down = undefined;
+    lifecycle.reconnected();
+    events.emit('reconnect', { attempt: restarts, delayMs: delayMs || Date.now() - since });
+    restarts = 0;
+  };
+
+  const crashed = (consumer: KafkaConsumerLike, error: unknown, restart: boolean) => {
+    events.emit('error', kafkaError(KafkaErrorCodes.KAFKA_CONSUMER_CRASHED, 'the kafkajs consumer crashed', error, { details: { restart } }));
+    // Stays down (still `running`, but neither connected nor consuming) with restartOnCrash: false.
+    if (!lifecycle.active || session?.consumer !== consumer || (!restart && restartOnCrash === false)) return;
+    lifecycle.reconnecting();
+    restarts++;
+    down ??= { since: Date.now(), delayMs: 0 };
+    if (!restart) scheduleRestart();
+  };
+
   /** After a crash kafkajs will not recover from: a new consumer resumes from the committed offsets. */
-  const scheduleRestart = (crashed: KafkaRuntime) => {
-    crashed.close();
-    // A crash can happen inside start() too (kafkajs joins the group within run()).
-    if (restartOnCrash === false || state === 'stopped' || state === 'idle' || crashed !== runtime) return;
-    const delayMs = backoffDelay(++restarts, { baseDelayMs: 1000, maxDelayMs: 30_000, jitter: 'equal' });
+  const scheduleRestart = () => {
+    const delayMs = backoffDelay(restarts, { baseDelayMs: 1000, maxDelayMs: 30_000, jitter: 'equal' });
+    events.logger.warn({ groupId, attempt: restarts, delayMs }, 'kafkajs will not restart the crashed consumer; starting a new one after the delay');
+    down = { since: Date.now(), delayMs };
     restartTimer = setTimeout(() => {
       restartTimer = undefined;
-      if (state === 'stopped') return;
-      events.emit('reconnect', { attempt: restarts, delayMs });
-      launch().then(
-        () => {
-          restarts = 0;
-        },
-        (error: unknown) => {
-          events.emit('error', error as InboxError);
-          scheduleRestart(runtime!);
-        },
-      );
+      if (!lifecycle.active) return;
+      session?.runtime.close();
+      launch().catch((error: unknown) => {
+        events.emit('error', error as InboxError);
+        if (!lifecycle.active) return;
+        restarts++;
+        scheduleRestart();
+      });
     }, delayMs);
   };
 
-  return {
-    on: (event, listener) => events.on(event, listener),
-    async start() {
-      if (state !== 'idle') throw new InboxError(InboxErrorCodes.INVALID_OPTIONS, `start() called on a ${state} consumer`);
-      state = 'starting';
-      try {
+  const lifecycle = new ConsumerLifecycle(
+    {
+      async begin() {
         await checkTablesAtStart(handler, events);
-      } catch (error) {
-        state = 'stopped';
-        throw error;
-      }
-      producer = ownProducer ?? kafka.producer({ idempotent: idempotentDeadLetters ?? true, maxInFlightRequests: 1, ...producerConfig });
-      try {
-        if (ownProducer === undefined) await producer.connect();
-      } catch (error) {
-        state = 'stopped';
-        await disconnect();
-        throw kafkaError(KafkaErrorCodes.KAFKA_CONNECTION_FAILED, 'connecting the dead-letter producer failed', error, { details: { groupId } });
-      }
-      try {
-        await launch();
-      } catch (error) {
-        state = 'stopped';
-        await disconnect();
-        throw error;
-      }
-      state = 'running';
+        producer = options.producer ?? kafka.producer({ idempotent: idempotentDeadLetters ?? true, maxInFlightRequests: 1, ...producerConfig });
+        try {
+          if (options.producer === undefined) await producer.connect();
+        } catch (error) {
+          await disconnect('dead-letter producer', producer);
+          throw kafkaError(KafkaErrorCodes.KAFKA_CONNECT_FAILED, 'connecting the dead-letter producer failed', error, { details: { groupId } });
+        }
+        try {
+          await launch();
+        } catch (error) {
+          session = undefined;
+          if (options.producer === undefined) await disconnect('dead-letter producer', producer);
+          throw error;
+        }
+      },
+      async quiesce() {
+        clearTimeout(restartTimer);
+        if (session === undefined) return;
+        // No new fetches while what is in flight finishes (its batches stop at their next record).
+        session.runtime.holds.cancelAll();
+        pauseAssigned(session.consumer, session.runtime);
+      },
+      async end() {
+        clearTimeout(restartTimer);
+        down = undefined;
+        const ending = session;
+        session = undefined;
+        ending?.runtime.close();
+        const disconnecting = (async () => {
+          await disconnect('consumer', ending?.consumer);
+          if (options.producer === undefined) await disconnect('dead-letter producer', producer);
+        })();
+        // A handler still running past stopTimeoutMs keeps kafkajs' stop() waiting for it: let the
+        // disconnect finish in the background once it returns (nothing it did commits: the runtime is closed).
+        if (inFlight.size === 0) await disconnecting;
+      },
+      connected: () => (session?.runtime.group.connected ?? false) && (session?.runtime.group.member ?? false),
     },
-    async stop() {
-      if (state === 'idle' || state === 'stopped') {
-        state = 'stopped';
-        return;
-      }
-      state = 'stopped';
-      clearTimeout(restartTimer);
-      const left = (await runtime?.quiesce()) ?? 0;
-      runtime?.close();
-      if (left === 0) {
-        // Our handlers return at the next chunk boundary once stopping, so this is quick.
-        await consumer?.stop().catch(() => undefined);
-        await disconnect();
-        return;
-      }
-      // A handler hung past stopTimeoutMs. kafkajs' stop() and disconnect() wait for it, so let
-      // them finish in the background: the connection closes once the handler returns, and
-      // nothing it did gets committed (the runtime is closed).
-      void disconnect();
+    events,
+    inFlight,
+    stopTimeoutMs,
+    name,
+  );
+
+  return {
+    start: () => lifecycle.start(),
+    stop: () => lifecycle.stop(),
+    on: (event, listener) => events.on(event, listener),
+    status(): ConsumerStatus {
+      const status = lifecycle.status();
+      return { ...status, consuming: status.consuming && (session?.runtime.consuming() ?? false) };
     },
   };
 }

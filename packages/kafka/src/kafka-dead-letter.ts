@@ -1,7 +1,8 @@
-import { deadLetterHeaders, type InboxOutcome } from '@inboxed/core';
-import type { KafkaOutgoingRecord, KafkaRecord } from './kafka-types.js';
+import type { InboxOutcome } from '@inboxed/core';
+import { deadLetterHeaders } from '@inboxed/core/adapter';
+import type { KafkaOutgoingRecord, KafkaProducerLike, KafkaRecord } from './kafka-types.js';
 
-/** Kafka-specific dead-letter headers, next to core's `x-inboxed-*` set from `deadLetterHeaders()`. */
+/** Kafka-specific dead-letter headers, next to core's `x-inboxed-*` set (`DeadLetterHeaders`). */
 export const KafkaDeadLetterHeaders = {
   ORIGINAL_TOPIC: 'x-inboxed-original-topic',
   ORIGINAL_PARTITION: 'x-inboxed-original-partition',
@@ -19,17 +20,20 @@ export function deadLetterTopicFor(option: DeadLetterTopicOption | undefined, to
   return typeof option === 'string' ? option : option(topic);
 }
 
+/** Where a dead-lettered record came from. */
+export interface DeadLetterSource {
+  topic: string;
+  partition: number;
+  /** The consumer group, for the `x-inboxed-group-id` header. */
+  groupId: string | undefined;
+}
+
 /**
  * The dead-letter copy of a record: the original key and value bytes untouched (so it can be
  * replayed as is), the original headers, then the reason/error/attempt headers and where it came
  * from. inboxed's headers win over an original header of the same name.
  */
-export function deadLetterRecord(
-  record: KafkaRecord,
-  source: { topic: string; partition: number; groupId: string | undefined },
-  outcome: InboxOutcome,
-  now: Date = new Date(),
-): KafkaOutgoingRecord {
+export function deadLetterRecord(record: KafkaRecord, source: DeadLetterSource, outcome: InboxOutcome, now: Date = new Date()): KafkaOutgoingRecord {
   const headers: Record<string, Buffer | string> = {};
   for (const [name, value] of Object.entries(record.headers ?? {})) {
     const first = Array.isArray(value) ? value[0] : value;
@@ -43,4 +47,26 @@ export function deadLetterRecord(
   });
   if (source.groupId !== undefined) headers[KafkaDeadLetterHeaders.GROUP_ID] = source.groupId;
   return { key: record.key, value: record.value, headers };
+}
+
+/**
+ * Produces the dead-letter copies of a partition's records, in order, and waits for every one to
+ * be acknowledged by all in-sync replicas (`acks: -1`); rejects when any send failed (then the
+ * caller commits nothing past them).
+ */
+export async function sendDeadLetters(
+  producer: KafkaProducerLike,
+  topicOption: DeadLetterTopicOption | undefined,
+  source: DeadLetterSource,
+  entries: { record: KafkaRecord; outcome: InboxOutcome }[],
+  now: Date = new Date(),
+): Promise<void> {
+  const byTopic = new Map<string, KafkaOutgoingRecord[]>();
+  for (const { record, outcome } of entries) {
+    const destination = deadLetterTopicFor(topicOption, source.topic);
+    const list = byTopic.get(destination) ?? [];
+    list.push(deadLetterRecord(record, source, outcome, now));
+    byTopic.set(destination, list);
+  }
+  for (const [topic, messages] of byTopic) await producer.send({ topic, messages, acks: -1 });
 }

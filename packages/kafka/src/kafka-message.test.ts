@@ -1,64 +1,66 @@
 import { describe, expect, it } from 'vitest';
-import { messageIdOf, toInboxMessage, type MessageMappingOptions } from './kafka-message.js';
+import { messageIdOf, toInboxMessage, type KafkaDelivery, type MessageMapping } from './kafka-message.js';
 import type { KafkaRecord } from './kafka-types.js';
 
-const defaults: MessageMappingOptions = { messageIdHeader: 'message-id', extractMessageId: undefined, messageIdFallback: 'record', payload: 'json' };
-const position = { topic: 'payments', partition: 3 };
-const record = (over: Partial<KafkaRecord> = {}): KafkaRecord => ({
-  key: null,
-  value: Buffer.from('{"amount":5}'),
-  offset: '42',
-  timestamp: '1700000000000',
-  headers: {},
-  ...over,
+const defaults: MessageMapping = { messageId: {}, payload: 'json' };
+const delivery = (over: Partial<KafkaRecord> = {}): KafkaDelivery => ({
+  topic: 'payments',
+  partition: 3,
+  message: { key: null, value: Buffer.from('{"amount":5}'), offset: '42', timestamp: '1700000000000', headers: {}, ...over },
 });
 
 describe('message ids', () => {
   it('reads the message-id header (Buffer, string, or the first of repeated headers)', () => {
-    expect(messageIdOf(record({ headers: { 'message-id': Buffer.from('pay-1') } }), position, defaults)).toBe('pay-1');
-    expect(messageIdOf(record({ headers: { 'message-id': 'pay-2' } }), position, defaults)).toBe('pay-2');
-    expect(messageIdOf(record({ headers: { 'message-id': [Buffer.from('pay-3'), Buffer.from('other')] } }), position, defaults)).toBe('pay-3');
+    expect(messageIdOf(delivery({ headers: { 'message-id': Buffer.from('pay-1') } }), {})).toBe('pay-1');
+    expect(messageIdOf(delivery({ headers: { 'message-id': 'pay-2' } }), {})).toBe('pay-2');
+    expect(messageIdOf(delivery({ headers: { 'message-id': [Buffer.from('pay-3'), Buffer.from('other')] } }), {})).toBe('pay-3');
   });
 
   it('uses a configured header name and lets the extractor win', () => {
     const headers = { 'x-id': 'from-header', 'message-id': 'ignored' };
-    expect(messageIdOf(record({ headers }), position, { ...defaults, messageIdHeader: 'x-id' })).toBe('from-header');
-    expect(messageIdOf(record({ headers, key: Buffer.from('k-1') }), position, { ...defaults, extractMessageId: (r) => r.key?.toString() })).toBe('k-1');
+    expect(messageIdOf(delivery({ headers }), { header: 'x-id' })).toBe('from-header');
+    expect(messageIdOf(delivery({ headers, key: Buffer.from('k-1') }), { extract: (d) => d.message.key?.toString() })).toBe('k-1');
+    expect(messageIdOf(delivery({ headers }), { extract: () => undefined })).toBe('ignored');
   });
 
-  it('falls back to topic/partition/offset, or to nothing with messageIdFallback none', () => {
-    expect(messageIdOf(record(), position, defaults)).toBe('payments/3/42');
-    expect(messageIdOf(record(), position, { ...defaults, extractMessageId: () => undefined })).toBe('payments/3/42');
-    expect(messageIdOf(record(), position, { ...defaults, messageIdFallback: 'none' })).toBeUndefined();
+  it('falls back to topic/partition/offset only with fallback: true', () => {
+    expect(messageIdOf(delivery(), {})).toBeUndefined();
+    expect(messageIdOf(delivery(), { fallback: true })).toBe('payments/3/42');
+    expect(messageIdOf(delivery(), { extract: () => undefined, fallback: true })).toBe('payments/3/42');
   });
 });
 
 describe('toInboxMessage', () => {
   it('decodes JSON values and string headers, and names the source partition', () => {
-    const mapped = toInboxMessage(record({ headers: { 'message-id': Buffer.from('pay-1'), trace: Buffer.from('t-1') } }), position, defaults);
-    expect(mapped).toMatchObject({
+    const received = new Date('2026-01-01T00:00:00Z');
+    const mapped = toInboxMessage(delivery({ headers: { 'message-id': Buffer.from('pay-1'), trace: Buffer.from('t-1') } }), defaults, 'billing', received);
+    expect(mapped).toEqual({
       ok: true,
-      message: { id: 'pay-1', payload: { amount: 5 }, headers: { 'message-id': 'pay-1', trace: 't-1' }, source: 'kafka:payments/3' },
+      message: { id: 'pay-1', payload: { amount: 5 }, headers: { 'message-id': 'pay-1', trace: 't-1' }, source: 'kafka:payments/3', receivedAt: received },
     });
   });
 
-  it('reports unparseable JSON as UNPARSEABLE_BODY with the id it would have had', () => {
-    const mapped = toInboxMessage(record({ value: Buffer.from('{nope') }), position, defaults);
-    expect(mapped.ok).toBe(false);
-    if (!mapped.ok) {
-      expect(mapped.messageId).toBe('payments/3/42');
-      expect(mapped.error.code).toBe('UNPARSEABLE_BODY');
-    }
+  it('dead-letters a record without an id as missing-message-id, before looking at its value', () => {
+    const mapped = toInboxMessage(delivery({ value: Buffer.from('{nope') }), defaults, 'billing');
+    expect(mapped).toMatchObject({ ok: false, outcome: { status: 'dead-letter', reason: 'missing-message-id', messageId: '', consumer: 'billing' } });
+    expect(!mapped.ok && mapped.outcome.error?.code).toBe('INVALID_MESSAGE_ID');
+  });
+
+  it('dead-letters unparseable JSON as unparseable-body (UNPARSEABLE_BODY) with its id', () => {
+    const mapped = toInboxMessage(delivery({ value: Buffer.from('{nope'), headers: { 'message-id': 'pay-9' } }), defaults, 'billing');
+    expect(mapped).toMatchObject({ ok: false, outcome: { status: 'dead-letter', reason: 'unparseable-body', messageId: 'pay-9' } });
+    expect(!mapped.ok && mapped.outcome.error?.code).toBe('UNPARSEABLE_BODY');
   });
 
   it('keeps raw bytes in raw mode, decodes by content-type in content-type mode, and maps tombstones to null', () => {
-    const raw = toInboxMessage(record({ value: Buffer.from([1, 2, 3]) }), position, { ...defaults, payload: 'raw' });
+    const id = { 'message-id': 'pay-1' };
+    const raw = toInboxMessage(delivery({ value: Buffer.from([1, 2, 3]), headers: id }), { ...defaults, payload: 'raw' }, 'c');
     expect(raw.ok && Buffer.isBuffer(raw.message.payload)).toBe(true);
-    const typed = toInboxMessage(record({ headers: { 'content-type': 'application/json' } }), position, { ...defaults, payload: 'content-type' });
+    const typed = toInboxMessage(delivery({ headers: { ...id, 'content-type': 'application/json' } }), { ...defaults, payload: 'content-type' }, 'c');
     expect(typed.ok && typed.message.payload).toEqual({ amount: 5 });
-    const untyped = toInboxMessage(record({ value: Buffer.from('plain') }), position, { ...defaults, payload: 'content-type' });
+    const untyped = toInboxMessage(delivery({ value: Buffer.from('plain'), headers: id }), { ...defaults, payload: 'content-type' }, 'c');
     expect(untyped.ok && Buffer.isBuffer(untyped.message.payload)).toBe(true);
-    const tombstone = toInboxMessage(record({ value: null }), position, defaults);
+    const tombstone = toInboxMessage(delivery({ value: null, headers: id }), defaults, 'c');
     expect(tombstone.ok && tombstone.message.payload).toBeNull();
   });
 });

@@ -1,34 +1,26 @@
-import { decodePayload, type InboxError, type InboxMessage } from '@inboxed/core';
+import { OutcomeReasons, type InboxMessage, type InboxOutcome } from '@inboxed/core';
+import { adapterDeadLetter, checkMessageId, decodePayload, UNPARSEABLE_BODY_REASON, type MessageIdOptions, type PayloadMode } from '@inboxed/core/adapter';
 import type { KafkaHeaders, KafkaRecord } from './kafka-types.js';
 
-/** Where a record sits: what the message-id fallback and dead-letter headers are made of. */
-export interface RecordPosition {
+/** One delivered record with where it came from: what `messageId.extract` is given. */
+export interface KafkaDelivery {
   topic: string;
   partition: number;
+  /** The record, as kafkajs hands it to `eachMessage`. */
+  message: KafkaRecord;
 }
 
-/** A user-supplied message id extractor. Return `undefined` to fall back (see {@link MessageMappingOptions.messageIdFallback}). */
-export type MessageIdExtractor = (record: KafkaRecord, position: RecordPosition) => string | undefined;
+/** The header carrying the producer's message id unless `messageId.header` names another. */
+export const DEFAULT_MESSAGE_ID_HEADER = 'message-id';
 
-/** How records become inbox messages. */
-export interface MessageMappingOptions {
-  /** Header carrying the producer's message id. Default `'message-id'`. */
-  messageIdHeader: string;
-  /** Takes precedence over the header when given. */
-  extractMessageId: MessageIdExtractor | undefined;
-  /**
-   * What to use when neither the extractor nor the header yields an id. `'record'` (default): the
-   * record's identity `topic/partition/offset`, which is stable across redeliveries of that
-   * record but NOT across producer retries that write a second copy. `'none'`: no id, so core
-   * dead-letters the record with reason `missing-message-id`.
-   */
-  messageIdFallback: 'record' | 'none';
-  /** `'json'` (default): values must be JSON; `'content-type'`: JSON only when the `content-type` header says so; `'raw'`: always a Buffer. */
-  payload: 'json' | 'content-type' | 'raw';
+/** How records become inbox messages (the resolved `messageId` and `payload` options). */
+export interface MessageMapping {
+  messageId: MessageIdOptions<KafkaDelivery, 'header'>;
+  payload: PayloadMode;
 }
 
-/** A record mapped to an inbox message, or the reason it could not be decoded. */
-export type MappedRecord = { ok: true; message: InboxMessage } | { ok: false; messageId: string; error: InboxError };
+/** A record mapped to an inbox message, or the outcome the adapter decided for it without the processor. */
+export type MappedDelivery = { ok: true; message: InboxMessage } | { ok: false; outcome: InboxOutcome };
 
 /** A header value as a string (kafkajs hands Buffers; repeated headers arrive as arrays: the first wins). */
 export function headerString(value: KafkaHeaders[string]): string | undefined {
@@ -37,9 +29,9 @@ export function headerString(value: KafkaHeaders[string]): string | undefined {
   return typeof first === 'string' ? first : first.toString('utf8');
 }
 
-/** The record's identity, the message-id fallback: `topic/partition/offset`. */
-export function recordIdentity(position: RecordPosition, offset: string): string {
-  return `${position.topic}/${position.partition}/${offset}`;
+/** The record's identity `topic/partition/offset`: the message id with `messageId.fallback`. */
+export function recordIdentity(delivery: KafkaDelivery): string {
+  return `${delivery.topic}/${delivery.partition}/${delivery.message.offset}`;
 }
 
 function decodeHeaders(headers: KafkaHeaders | undefined): Record<string, string> {
@@ -51,36 +43,43 @@ function decodeHeaders(headers: KafkaHeaders | undefined): Record<string, string
   return decoded;
 }
 
-/** The record's message id by the configured precedence: extractor, header, fallback. */
-export function messageIdOf(record: KafkaRecord, position: RecordPosition, options: MessageMappingOptions): string | undefined {
-  const extracted = options.extractMessageId?.(record, position);
+/**
+ * The record's message id, tried in this order: `extract(delivery)`, the header (`message-id`
+ * unless `header` names another), then, only with `fallback: true`, the record's identity
+ * `topic/partition/offset`. Kafka records have no id field of their own. `undefined` when none.
+ */
+export function messageIdOf(delivery: KafkaDelivery, options: MessageIdOptions<KafkaDelivery, 'header'>): string | undefined {
+  const extracted = options.extract?.(delivery);
   if (extracted !== undefined) return extracted;
-  const header = headerString(record.headers?.[options.messageIdHeader]);
+  const header = headerString(delivery.message.headers?.[options.header ?? DEFAULT_MESSAGE_ID_HEADER]);
   if (header !== undefined) return header;
-  return options.messageIdFallback === 'record' ? recordIdentity(position, record.offset) : undefined;
+  return options.fallback === true ? recordIdentity(delivery) : undefined;
 }
 
 /**
- * Maps a Kafka record to the broker-neutral {@link InboxMessage}. The id is passed on as found
- * (even missing or empty): core validates it and dead-letters bad ids. A null value (tombstone)
- * decodes to `null` in JSON mode rather than failing to parse.
+ * Maps a record to the broker-neutral {@link InboxMessage}. A record without a message id, or
+ * whose value does not decode, gets its `dead-letter` outcome here (`missing-message-id`,
+ * `unparseable-body`): the processor never sees it. Any id found is passed on as is: core
+ * validates it (an empty or oversized id is dead-lettered as `invalid-message-id`). A null value
+ * (a tombstone) decodes to `null` in JSON mode rather than failing to parse.
  */
-export function toInboxMessage(record: KafkaRecord, position: RecordPosition, options: MessageMappingOptions): MappedRecord {
-  const id = messageIdOf(record, position, options);
+export function toInboxMessage(delivery: KafkaDelivery, mapping: MessageMapping, consumer: string, receivedAt: Date = new Date()): MappedDelivery {
+  const { message: record } = delivery;
+  const id = messageIdOf(delivery, mapping.messageId);
+  if (id === undefined) {
+    const { error } = checkMessageId(undefined)!;
+    return { ok: false, outcome: adapterDeadLetter({ messageId: '', consumer, reason: OutcomeReasons.MISSING_MESSAGE_ID, error }) };
+  }
   const headers = decodeHeaders(record.headers);
   const decoded =
-    record.value === null && options.payload === 'json'
+    record.value === null && mapping.payload === 'json'
       ? { ok: true as const, payload: null }
-      : decodePayload(record.value, options.payload, headers['content-type']);
-  if (!decoded.ok) return { ok: false, messageId: id ?? recordIdentity(position, record.offset), error: decoded.error };
+      : decodePayload(record.value, mapping.payload, headers['content-type']);
+  if (!decoded.ok) {
+    return { ok: false, outcome: adapterDeadLetter({ messageId: id, consumer, reason: UNPARSEABLE_BODY_REASON, error: decoded.error }) };
+  }
   return {
     ok: true,
-    message: {
-      id: id as string,
-      payload: decoded.payload,
-      headers,
-      receivedAt: new Date(),
-      source: `kafka:${position.topic}/${position.partition}`,
-    },
+    message: { id, payload: decoded.payload, headers, receivedAt, source: `kafka:${delivery.topic}/${delivery.partition}` },
   };
 }

@@ -46,12 +46,24 @@ export interface EachBatchPayloadLike {
   resolveOffset(offset: string): void;
   heartbeat(): Promise<void>;
   pause(): () => void;
+  /** False once the consumer stops. */
   isRunning(): boolean;
+  /** True once the partition was seeked (its fetched records are no longer what comes next). */
   isStale(): boolean;
 }
 
 /** A topic-partition list as `pause()`/`resume()` take it. */
 export type TopicPartitions = Array<{ topic: string; partitions?: number[] }>;
+
+/** The kafkajs instrumentation events the adapter follows (group membership, crashes, stops). */
+export interface KafkaConsumerEventNames {
+  CONNECT: string;
+  DISCONNECT: string;
+  GROUP_JOIN: string;
+  REBALANCING: string;
+  CRASH: string;
+  STOP: string;
+}
 
 /** The consumer methods the adapter calls. */
 export interface KafkaConsumerLike {
@@ -70,10 +82,10 @@ export interface KafkaConsumerLike {
   seek(target: { topic: string; partition: number; offset: string }): void;
   pause(topics: TopicPartitions): void;
   resume(topics: TopicPartitions): void;
-  /** Instrumentation events: the adapter listens to group joins, rebalances and crashes. */
+  /** Instrumentation events: the adapter follows connects, group joins, rebalances, crashes and stops. */
   // biome-ignore lint/suspicious/noExplicitAny: kafkajs types instrumentation payloads per event; listeners narrow them.
   on(eventName: string, listener: (event: { payload: any }) => void): () => void;
-  readonly events: { GROUP_JOIN: string; REBALANCING: string; CRASH: string };
+  readonly events: KafkaConsumerEventNames;
 }
 
 /** The producer methods the adapter calls (dead-letter records only). */

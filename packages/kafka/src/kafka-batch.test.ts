@@ -1,0 +1,146 @@
+import { EventEmitter } from 'node:events';
+import type { InboxMessage, InboxOutcome, InboxProcessor } from '@inboxed/core';
+import { ConsumerEventEmitter, InFlight } from '@inboxed/core/adapter';
+import { describe, expect, it } from 'vitest';
+import { attachRuntime } from './kafka-batch.js';
+import { processingSettings } from './kafka-options.js';
+import type { KafkaConsumerLike, KafkaOutgoingRecord, KafkaRecord } from './kafka-types.js';
+
+/** A kafkajs protocol error as kafkajs' retrier rejects it: a non-retriable wrapper around the broker's error. */
+function protocolError(type: string): Error {
+  const broker = Object.assign(new Error(`broker says ${type}`), { name: 'KafkaJSProtocolError', type, retriable: false });
+  return Object.assign(new Error(broker.message), { name: 'KafkaJSNonRetriableError', retriable: false, cause: broker });
+}
+
+/** A consumer that records what the adapter asks of it and emits kafkajs instrumentation events on demand. */
+function fakeConsumer(refuseCommits: () => string | undefined) {
+  const bus = new EventEmitter();
+  const commits: string[] = [];
+  const consumer: KafkaConsumerLike = {
+    connect: async () => {},
+    disconnect: async () => {},
+    subscribe: async () => {},
+    run: async () => {},
+    stop: async () => {},
+    async commitOffsets([entry]) {
+      commits.push(`${entry!.partition}@${entry!.offset}`);
+      const refusal = refuseCommits();
+      if (refusal !== undefined) throw protocolError(refusal);
+    },
+    seek: () => {},
+    pause: () => {},
+    resume: () => {},
+    on(name, listener) {
+      bus.on(name, listener);
+      return () => bus.off(name, listener);
+    },
+    events: { CONNECT: 'connect', DISCONNECT: 'disconnect', GROUP_JOIN: 'group_join', REBALANCING: 'rebalancing', CRASH: 'crash', STOP: 'stop' },
+  };
+  const join = (partitions: number[]) => bus.emit('group_join', { payload: { memberAssignment: { payments: partitions } } });
+  return { consumer, commits, join };
+}
+
+const record = (offset: number, value: string): KafkaRecord => ({
+  key: null,
+  value: Buffer.from(value),
+  offset: String(offset),
+  timestamp: '0',
+  headers: { 'message-id': `m-${offset}` },
+});
+
+describe('a member the group refuses', () => {
+  it('stops its fetched records at the first refused commit: no further processing, dead-letters or commits until it rejoins', async () => {
+    let refuse: string | undefined;
+    const { consumer, commits, join } = fakeConsumer(() => refuse);
+    const sent: KafkaOutgoingRecord[] = [];
+    const producer = {
+      connect: async () => {},
+      disconnect: async () => {},
+      send: async ({ messages }: { messages: KafkaOutgoingRecord[] }) => void sent.push(...messages),
+    };
+    const processed: string[] = [];
+    const processor = Object.assign(
+      async (message: InboxMessage): Promise<InboxOutcome> => {
+        processed.push(message.id);
+        if (message.id === 'm-2' && processed.length === 3) refuse = 'REBALANCE_IN_PROGRESS'; // the group starts rebalancing meanwhile
+        return { status: 'processed', messageId: message.id, consumer: 'billing' };
+      },
+      { kind: 'single' as const, consumer: 'billing', checkTables: async () => {}, observe: () => {} },
+    ) satisfies InboxProcessor;
+    const events = new ConsumerEventEmitter();
+    const errors: string[] = [];
+    events.on('error', (error) => errors.push(`${error.code} refused=${String(error.details.refused)} ${String(error.details.errorType)}`));
+    const runtime = attachRuntime({
+      processor,
+      consumer,
+      producer,
+      events,
+      settings: processingSettings(processor, {}),
+      groupId: 'g',
+      inFlight: new InFlight(),
+      taking: () => true,
+      signal: () => undefined,
+    });
+    join([0]);
+    // Records 0 and 1 settle; the group starts rebalancing while record 2 is processed, so its
+    // commit is refused; 3-5 (two of them unparseable: dead-lettered by the adapter) must not be touched.
+    const batch = [record(0, '{}'), record(1, '{}'), record(2, '{}'), record(3, '{not json'), record(4, '{}'), record(5, '{not json')];
+    let heartbeats = 0;
+    const running = runtime.run({ topic: 'payments', partition: 0, messages: batch, heartbeat: async () => void heartbeats++ });
+    await expect(running).rejects.toMatchObject({ type: 'REBALANCE_IN_PROGRESS' });
+    expect(processed).toEqual(['m-0', 'm-1', 'm-2']);
+    expect(commits).toEqual(['0@1', '0@2', '0@3']);
+    expect(heartbeats).toBe(2);
+    expect(sent).toEqual([]);
+    expect(errors).toEqual(['KAFKA_COMMIT_FAILED refused=true REBALANCE_IN_PROGRESS']);
+
+    // Another batch of the same generation is refused at once: kafkajs rejoins.
+    await expect(runtime.run({ topic: 'payments', partition: 0, messages: batch.slice(3) })).rejects.toMatchObject({ type: 'REBALANCE_IN_PROGRESS' });
+    expect(processed).toHaveLength(3);
+
+    // After the rejoin the replay is processed, dead-lettered and committed again.
+    refuse = undefined;
+    join([0]);
+    await runtime.run({ topic: 'payments', partition: 0, messages: batch.slice(3) });
+    expect(processed).toEqual(['m-0', 'm-1', 'm-2', 'm-4']);
+    expect(sent.map((r) => String(r.headers?.['x-inboxed-original-offset']))).toEqual(['3', '5']);
+    expect(commits.slice(3)).toEqual(['0@4', '0@5', '0@6']);
+    runtime.close();
+  });
+
+  it('treats ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID and NOT_COORDINATOR the same way, and other commit failures as a hold', async () => {
+    for (const type of ['ILLEGAL_GENERATION', 'UNKNOWN_MEMBER_ID', 'NOT_COORDINATOR_FOR_GROUP', 'REQUEST_TIMED_OUT']) {
+      const { consumer, commits, join } = fakeConsumer(() => type);
+      const processor = Object.assign(async (message: InboxMessage): Promise<InboxOutcome> => ({ status: 'processed', messageId: message.id, consumer: 'c' }), {
+        kind: 'single' as const,
+        consumer: 'c',
+        checkTables: async () => {},
+        observe: () => {},
+      }) satisfies InboxProcessor;
+      const events = new ConsumerEventEmitter();
+      events.on('error', () => {});
+      const runtime = attachRuntime({
+        processor,
+        consumer,
+        producer: { connect: async () => {}, disconnect: async () => {}, send: async () => {} },
+        events,
+        settings: processingSettings(processor, {}),
+        groupId: undefined,
+        inFlight: new InFlight(),
+        taking: () => true,
+        signal: () => undefined,
+      });
+      join([0]);
+      const run = runtime.run({ topic: 'payments', partition: 0, messages: [record(0, '{}'), record(1, '{}')] });
+      if (type === 'REQUEST_TIMED_OUT') {
+        await run; // not a refusal: the partition is held at record 0 and replayed after a backoff
+        expect(runtime.holds.isHeld('payments', 0)).toBe(true);
+      } else {
+        await expect(run).rejects.toMatchObject({ type });
+        expect(runtime.group.fenced).toBeDefined();
+      }
+      expect(commits).toEqual(['0@1']);
+      runtime.close();
+    }
+  });
+});

@@ -1,0 +1,175 @@
+import type { AnyInboxProcessor, InboxMessage, InboxOutcome } from '@inboxed/core';
+import { callProcessor, type ConsumerEventEmitter, type InFlight } from '@inboxed/core/adapter';
+import { groupRefusal } from './kafka-errors.js';
+import { GroupMembership, type GroupListeners } from './kafka-group.js';
+import { PartitionHolds } from './kafka-holds.js';
+import { toInboxMessage } from './kafka-message.js';
+import type { ProcessingSettings } from './kafka-options.js';
+import { Settlement } from './kafka-settlement.js';
+import type { KafkaConsumerLike, KafkaProducerLike, KafkaRecord } from './kafka-types.js';
+
+const noop = () => {};
+
+/** A partition's fetched records, as either kafkajs handler style delivers them. */
+export interface FetchedRecords {
+  topic: string;
+  partition: number;
+  messages: KafkaRecord[];
+  resolveOffset?(offset: string): void;
+  heartbeat?(): Promise<void>;
+  /** kafkajs eachBatch: false once the consumer stops. */
+  isRunning?(): boolean;
+  /** kafkajs eachBatch: true once the partition was seeked. */
+  isStale?(): boolean;
+}
+
+/** What a runtime is attached with: the processor, the broker clients, and the owner's lifecycle. */
+export interface RuntimeDeps {
+  processor: AnyInboxProcessor;
+  consumer: KafkaConsumerLike;
+  producer: KafkaProducerLike;
+  events: ConsumerEventEmitter;
+  settings: ProcessingSettings;
+  groupId: string | undefined;
+  /** True while new records may be taken (not stopping). */
+  taking(): boolean;
+  /** The signal handed to processor calls: it fires when the owner stops. */
+  signal(): AbortSignal | undefined;
+  /** Tracks every record being processed or settled, so a stop can wait for it. */
+  inFlight: InFlight;
+  listeners?: GroupListeners;
+}
+
+/** The processing side of one kafkajs consumer: group membership, retry holds, settlement and the batch loop. */
+export interface KafkaRuntime {
+  readonly group: GroupMembership;
+  readonly holds: PartitionHolds;
+  /** Processes one fetched batch (its records tracked in flight); rejects with the group's refusal once the member is fenced. */
+  run(fetched: FetchedRecords): Promise<void>;
+  /** True when some assigned partition is not held for a retry. */
+  consuming(): boolean;
+  /** Detaches from the consumer: nothing settles afterwards, no partition resumes. */
+  close(): void;
+}
+
+/** Attaches the processing side to a kafkajs consumer (call before `run()`, so the first group join is seen). */
+export function attachRuntime(deps: RuntimeDeps): KafkaRuntime {
+  const holds = new PartitionHolds(deps.consumer, deps.settings.retryBackoff);
+  let open = true;
+  const group = new GroupMembership(deps.consumer, {
+    joined(assignment) {
+      holds.releaseAll();
+      deps.listeners?.joined?.(assignment);
+    },
+    crashed: (error, restart) => deps.listeners?.crashed?.(error, restart),
+  });
+  const settlement = new Settlement({
+    consumer: deps.consumer,
+    producer: deps.producer,
+    events: deps.events,
+    group,
+    holds,
+    deadLetterTopic: deps.settings.deadLetterTopic,
+    groupId: deps.groupId,
+    beforeSettle: deps.settings.beforeSettle,
+    open: () => open,
+  });
+  const runner = new BatchRunner(deps, group, holds, settlement);
+  return {
+    group,
+    holds,
+    run: (fetched) => runner.run(fetched),
+    consuming: () => group.assigned().some(({ topic, partition }) => !holds.isHeld(topic, partition)),
+    close() {
+      open = false;
+      holds.cancelAll();
+      group.close();
+    },
+  };
+}
+
+/**
+ * Processes a partition's fetched records in offset order: one record per call of a per-message
+ * processor, up to `batchSize` per call of a batch processor, each call settled (committed,
+ * dead-lettered or held) before the next. It stops at once, without touching the broker again for
+ * the rest of the batch, when the consumer stops, the partition was seeked or held, its
+ * generation ended (rebalance, crash) or the group refused a commit or heartbeat; the refusal is
+ * rethrown so kafkajs rejoins right away instead of at its next heartbeat.
+ */
+class BatchRunner {
+  constructor(
+    private readonly deps: RuntimeDeps,
+    private readonly group: GroupMembership,
+    private readonly holds: PartitionHolds,
+    private readonly settlement: Settlement,
+  ) {}
+
+  async run(fetched: FetchedRecords): Promise<void> {
+    const { topic, partition, messages } = fetched;
+    if (!this.deps.taking() || messages.length === 0) return;
+    // Fenced: every fetched record of this generation will be refused; let kafkajs rejoin.
+    if (this.group.fenced !== undefined) throw this.group.fenced;
+    const generation = this.group.generation;
+    const admitted = this.holds.admit(topic, partition, messages);
+    if (admitted === undefined) return;
+    const step = this.deps.processor.kind === 'batch' ? this.deps.settings.batchSize : 1;
+    const receivedAt = new Date();
+    for (let from = admitted.start; from < messages.length; from += step) {
+      if (!this.live(generation, fetched)) return;
+      const records = messages.slice(from, from + step);
+      const settled = (async () => {
+        const outcomes = await this.outcomesOf(topic, partition, records, receivedAt);
+        const chunk = records.map((record, i) => ({ record, receivedAt, outcome: outcomes[i]! }));
+        return this.settlement.settle({ topic, partition, generation, resolveOffset: fetched.resolveOffset, isRunning: fetched.isRunning }, chunk);
+      })();
+      // Each record counts as in flight (for status() and stop()) until its call settled.
+      for (const _ of records) this.deps.inFlight.track(settled.then(noop, noop));
+      if (!(await settled)) return;
+      this.holds.release(topic, partition, admitted.hold);
+      if (from + step < messages.length) await this.heartbeat(fetched);
+    }
+  }
+
+  /** True while the batch may go on: taking records, same generation, not fenced, kafkajs running and the partition not seeked. */
+  private live(generation: number, fetched: FetchedRecords): boolean {
+    return this.deps.taking() && this.group.current(generation) && (fetched.isRunning?.() ?? true) && !(fetched.isStale?.() ?? false);
+  }
+
+  /**
+   * Outcomes for a chunk, index-aligned with `records`: the adapter's own for records without an
+   * id or with an undecodable value (reported to the processor's observers), the processor's for
+   * the rest, in one call.
+   */
+  private async outcomesOf(topic: string, partition: number, records: KafkaRecord[], receivedAt: Date): Promise<InboxOutcome[]> {
+    const { processor, settings, events } = this.deps;
+    const outcomes: InboxOutcome[] = new Array(records.length);
+    const messages: InboxMessage[] = [];
+    const positions: number[] = [];
+    for (const [i, message] of records.entries()) {
+      const mapped = toInboxMessage({ topic, partition, message }, settings.mapping, processor.consumer, receivedAt);
+      if (mapped.ok) {
+        messages.push(mapped.message);
+        positions.push(i);
+      } else {
+        outcomes[i] = mapped.outcome;
+        processor.observe?.(mapped.outcome);
+      }
+    }
+    if (messages.length > 0) {
+      const results = await callProcessor(processor, messages, this.deps.signal(), events);
+      for (const [j, outcome] of results.entries()) outcomes[positions[j]!] = outcome;
+    }
+    return outcomes;
+  }
+
+  /** Heartbeats between chunks; a refusal fences the member, and any failure ends the batch (kafkajs handles it). */
+  private async heartbeat(fetched: FetchedRecords): Promise<void> {
+    try {
+      await fetched.heartbeat?.();
+    } catch (error) {
+      const refusal = groupRefusal(error);
+      if (refusal !== undefined) this.group.fence(refusal);
+      throw error;
+    }
+  }
+}
