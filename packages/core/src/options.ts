@@ -166,7 +166,8 @@ export function resolveOptions<TDb extends AnyPgDatabase, TPayload>(options: Inb
   const transactionRetries = options.transactionRetries ?? 5;
   if (!isInteger(transactionRetries, 0, 100)) invalid('options.transactionRetries must be an integer from 0 to 100');
   const handlerTimeoutMs = options.handlerTimeoutMs ?? null;
-  if (handlerTimeoutMs !== null && !isInteger(handlerTimeoutMs, 1, PG_INT_MAX)) invalid(`options.handlerTimeoutMs must be an integer from 1 to ${PG_INT_MAX} (milliseconds), or null`);
+  if (handlerTimeoutMs !== null && !isInteger(handlerTimeoutMs, 1, PG_INT_MAX))
+    invalid(`options.handlerTimeoutMs must be an integer from 1 to ${PG_INT_MAX} (milliseconds), or null`);
   const { isolationLevel } = options;
   if (isolationLevel !== undefined && !ISOLATION_LEVELS.has(isolationLevel)) {
     invalid(`options.isolationLevel must be one of ${[...ISOLATION_LEVELS].map((l) => `'${l}'`).join(', ')}`);
