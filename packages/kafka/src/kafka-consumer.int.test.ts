@@ -1,36 +1,15 @@
-import { InboxErrorCodes, migrate, withInbox, withInboxBatch, type InboxError, type InboxMessage } from '@inboxed/core';
+import { InboxErrorCodes, withInbox, withInboxBatch, type InboxError, type InboxMessage } from '@inboxed/core';
 import { createOutcomeRecorder } from '@inboxed/core/testing';
-import { createTestDatabase, waitFor, type TestDatabase } from '@inboxed/test-support';
+import { createTestDatabase, waitFor } from '@inboxed/test-support';
 import { drizzle } from 'drizzle-orm/node-postgres';
 import pg from 'pg';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { useKafkaTestKit } from '../test/kafka-test-kit.js';
 import { createHarness, GROUP_TIMINGS, type KafkaHarness } from '../test/harness.js';
-import { createEachBatchHandler, createKafkaConsumer, type InboxConsumer, type KafkaConsumerOptions } from './index.js';
+import { createEachBatchHandler, createKafkaConsumer } from './index.js';
 
 describe('createKafkaConsumer against a Kafka-protocol broker', () => {
-  let t: TestDatabase;
-  let h: KafkaHarness;
-  const running: InboxConsumer[] = [];
-
-  beforeEach(async () => {
-    t = await createTestDatabase('node-postgres', { poolSize: 10 });
-    await migrate(t.db, { schema: t.schema });
-    h = createHarness({ partitions: 2 });
-    await h.setup();
-  });
-  afterEach(async () => {
-    await Promise.all(running.splice(0).map((c) => c.stop()));
-    await h.teardown();
-    await t.close();
-  });
-
-  async function start(handler: KafkaConsumerOptions['handler'], extra: Partial<KafkaConsumerOptions> = {}): Promise<InboxConsumer> {
-    const consumer = createKafkaConsumer({ ...h.options(handler), ...extra });
-    running.push(consumer);
-    await consumer.start();
-    return consumer;
-  }
-  const applied = async () => (await t.query<{ message_id: string }>(`select message_id from "${t.schema}".effects order by id`)).map((r) => r.message_id);
+  const k = useKafkaTestKit({ partitions: 2 });
 
   it('a batch processor gets at most batchSize records per call, one transaction and one commit each, offsets committed to the end', async () => {
     const sizes: number[] = [];
@@ -39,55 +18,55 @@ describe('createKafkaConsumer against a Kafka-protocol broker', () => {
       withInboxBatch(
         async (messages: InboxMessage[], tx: any) => {
           sizes.push(messages.length);
-          await tx.insert(t.effects).values(messages.map((m) => ({ messageId: m.id, value: m.payload })));
+          await tx.insert(k.t.effects).values(messages.map((m) => ({ messageId: m.id, value: m.payload })));
         },
-        { db: t.db, consumer: 'billing', tables: { schema: t.schema } },
+        { db: k.t.db, consumer: 'billing', tables: { schema: k.t.schema } },
       ),
     );
-    await h.produce(Array.from({ length: 60 }, (_, i) => ({ id: `pay-${i % 40}`, value: { n: i % 40 }, partition: i % 2 })));
-    await start(processor, { batchSize: 7 });
+    await k.h.produce(Array.from({ length: 60 }, (_, i) => ({ id: `pay-${i % 40}`, value: { n: i % 40 }, partition: i % 2 })));
+    await k.start(processor, { batchSize: 7 });
 
     await recorder.waitForCount(60);
-    expect(await t.countEffects()).toBe(40);
+    expect(await k.t.countEffects()).toBe(40);
     expect(recorder.counts()).toEqual({ processed: 40, duplicate: 20 });
     expect(Math.max(...sizes)).toBeLessThanOrEqual(7);
     await waitFor('offsets committed to the end', async () => {
-      const committed = await h.committed();
+      const committed = await k.h.committed();
       return committed[0] === 30 && committed[1] === 30;
     });
   });
 
   it('messageId.extract and messageId.fallback: the extractor wins, the record identity only when asked for', async () => {
     const recorder = createOutcomeRecorder();
-    const processor = recorder.wrap(withInbox(async () => {}, { db: t.db, consumer: 'billing', tables: { schema: t.schema } }));
-    await h.produce([
+    const processor = recorder.wrap(withInbox(async () => {}, { db: k.t.db, consumer: 'billing', tables: { schema: k.t.schema } }));
+    await k.h.produce([
       { key: 'key-1', value: { a: 1 }, partition: 0 },
       { value: { a: 2 }, partition: 0 },
     ]);
-    await start(processor, { messageId: { extract: ({ message }) => message.key?.toString(), fallback: true } });
+    await k.start(processor, { messageId: { extract: ({ message }) => message.key?.toString(), fallback: true } });
     await recorder.waitFor('key-1', { status: 'processed' });
-    await recorder.waitFor(`${h.topic}/0/1`, { status: 'processed' });
+    await recorder.waitFor(`${k.h.topic}/0/1`, { status: 'processed' });
   });
 
   describe('stop()', () => {
     async function stallingConsumer(stopTimeoutMs: number) {
-      await h.produce(Array.from({ length: 5 }, (_, i) => ({ id: `pay-${i}`, value: { n: i }, partition: 0 })));
+      await k.h.produce(Array.from({ length: 5 }, (_, i) => ({ id: `pay-${i}`, value: { n: i }, partition: 0 })));
       let release: () => void = () => {};
       const released = new Promise<void>((resolve) => (release = resolve));
       let entered: () => void = () => {};
       const inHandler = new Promise<void>((resolve) => (entered = resolve));
       const processor = withInbox(
         async (message: InboxMessage, tx: any) => {
-          await tx.insert(t.effects).values({ messageId: message.id });
+          await tx.insert(k.t.effects).values({ messageId: message.id });
           if (message.id === 'pay-2') {
             entered();
             await released;
           }
         },
-        { db: t.db, consumer: 'billing', tables: { schema: t.schema } },
+        { db: k.t.db, consumer: 'billing', tables: { schema: k.t.schema } },
       );
       const errors: string[] = [];
-      const consumer = await start(processor, { stopTimeoutMs });
+      const consumer = await k.start(processor, { stopTimeoutMs });
       consumer.on('error', (error) => errors.push(String(error.code)));
       await inHandler;
       return { consumer, release, errors };
@@ -100,8 +79,8 @@ describe('createKafkaConsumer against a Kafka-protocol broker', () => {
       expect(consumer.status()).toMatchObject({ consuming: false, inFlight: 1 });
       release();
       await stopping;
-      expect(await applied()).toEqual(['pay-0', 'pay-1', 'pay-2']);
-      expect(await h.committed()).toEqual({ 0: 3, 1: -1 });
+      expect(await k.applied()).toEqual(['pay-0', 'pay-1', 'pay-2']);
+      expect(await k.h.committed()).toEqual({ 0: 3, 1: -1 });
       expect(errors).toEqual([]);
     });
 
@@ -112,9 +91,9 @@ describe('createKafkaConsumer against a Kafka-protocol broker', () => {
       release();
       // The abandoned record's transaction may still commit, but its offset never does: a later
       // member replays it as a duplicate.
-      await waitFor('pay-2 applied', async () => (await t.countEffects('pay-2')) === 1);
-      expect(await h.committed()).toEqual({ 0: 2, 1: -1 });
-      expect(await applied()).toEqual(['pay-0', 'pay-1', 'pay-2']);
+      await waitFor('pay-2 applied', async () => (await k.t.countEffects('pay-2')) === 1);
+      expect(await k.h.committed()).toEqual({ 0: 2, 1: -1 });
+      expect(await k.applied()).toEqual(['pay-0', 'pay-1', 'pay-2']);
     });
   });
 
@@ -124,14 +103,14 @@ describe('createKafkaConsumer against a Kafka-protocol broker', () => {
       async () => {
         if (fail) throw new Error('ledger down');
       },
-      { db: t.db, consumer: 'billing', tables: { schema: t.schema }, backoff: { baseDelayMs: 60_000, maxDelayMs: 60_000, jitter: 'none' } },
+      { db: k.t.db, consumer: 'billing', tables: { schema: k.t.schema }, backoff: { baseDelayMs: 60_000, maxDelayMs: 60_000, jitter: 'none' } },
     );
-    const consumer = createKafkaConsumer({ ...h.options(processor), topics: [h.topic] });
-    running.push(consumer);
+    const consumer = createKafkaConsumer({ ...k.h.options(processor), topics: [k.h.topic] });
+    k.track(consumer);
     consumer.on('error', () => {});
     await consumer.start();
     expect(consumer.status()).toMatchObject({ state: 'running', connected: true, consuming: true, inFlight: 0 });
-    await h.produce([
+    await k.h.produce([
       { id: 'held-0', value: {}, partition: 0 },
       { id: 'held-1', value: {}, partition: 1 },
     ]);
@@ -147,31 +126,31 @@ describe('createKafkaConsumer against a Kafka-protocol broker', () => {
     const processor = recorder.wrap(
       withInboxBatch(
         async (messages: InboxMessage[], tx: any) => {
-          await tx.insert(t.effects).values(messages.map((m) => ({ messageId: m.id })));
+          await tx.insert(k.t.effects).values(messages.map((m) => ({ messageId: m.id })));
         },
-        { db: t.db, consumer: 'billing', tables: { schema: t.schema } },
+        { db: k.t.db, consumer: 'billing', tables: { schema: k.t.schema } },
       ),
     );
-    await h.produce([
+    await k.h.produce([
       { id: 'pay-1', value: { n: 1 }, partition: 0 },
       { id: 'pay-2', value: '{broken', partition: 0 },
       { id: 'pay-1', value: { n: 1 }, partition: 0 },
       { id: 'pay-3', value: { n: 3 }, partition: 0 },
     ]);
-    const consumer = h.kafka.consumer({ groupId: h.groupId, ...GROUP_TIMINGS });
-    const producer = h.kafka.producer({ idempotent: true, maxInFlightRequests: 1 });
+    const consumer = k.h.kafka.consumer({ groupId: k.h.groupId, ...GROUP_TIMINGS });
+    const producer = k.h.kafka.producer({ idempotent: true, maxInFlightRequests: 1 });
     await producer.connect();
     await consumer.connect();
-    await consumer.subscribe({ topics: [h.topic], fromBeginning: true });
-    const eachBatch = createEachBatchHandler(processor, { consumer, producer, groupId: h.groupId });
+    await consumer.subscribe({ topics: [k.h.topic], fromBeginning: true });
+    const eachBatch = createEachBatchHandler(processor, { consumer, producer, groupId: k.h.groupId });
     const dead: string[] = [];
     eachBatch.on('dead_letter', (outcome, destination) => dead.push(`${outcome.messageId}:${destination}`));
     try {
       await consumer.run({ autoCommit: false, eachBatchAutoResolve: false, eachBatch });
       await recorder.waitFor('pay-3', { status: 'processed' });
-      await waitFor('offset 4 committed', async () => (await h.committed())[0] === 4);
-      expect(dead).toEqual([`pay-2:${h.deadLetterTopic}`]);
-      expect(await t.countEffects()).toBe(2);
+      await waitFor('offset 4 committed', async () => (await k.h.committed())[0] === 4);
+      expect(dead).toEqual([`pay-2:${k.h.deadLetterTopic}`]);
+      expect(await k.t.countEffects()).toBe(2);
       // The adapter's own outcome (pay-2's unparseable value) reaches the processor's observers too.
       expect(recorder.outcomes.map((o) => `${o.messageId}:${o.status}`).sort()).toEqual([
         'pay-1:duplicate',

@@ -1,64 +1,40 @@
-import { migrate, PermanentError, withInbox, withInboxBatch, type InboxMessage } from '@inboxed/core';
+import { PermanentError, withInbox, withInboxBatch, type InboxMessage } from '@inboxed/core';
 import { createOutcomeRecorder } from '@inboxed/core/testing';
-import { createTestDatabase, waitFor, type TestDatabase } from '@inboxed/test-support';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { createHarness, type KafkaHarness } from '../test/harness.js';
-import { createKafkaConsumer, type InboxConsumer, type KafkaConsumerOptions, type KafkaLike } from './index.js';
+import { waitFor } from '@inboxed/test-support';
+import { describe, expect, it } from 'vitest';
+import { useKafkaTestKit } from '../test/kafka-test-kit.js';
+import type { KafkaLike } from './index.js';
 
 // Kafka redelivers by holding a partition at the failing record (pause, seek back, resume after
 // the backoff): per-partition order under failure, and dead-letter topics with Kafka's own headers.
 describe('retry holds and dead-letter topics', () => {
-  let t: TestDatabase;
-  let h: KafkaHarness;
-  const running: InboxConsumer[] = [];
-
-  beforeEach(async () => {
-    t = await createTestDatabase('node-postgres');
-    await migrate(t.db, { schema: t.schema });
-    h = createHarness({ partitions: 2 });
-    await h.setup();
-  });
-  afterEach(async () => {
-    await Promise.all(running.splice(0).map((c) => c.stop()));
-    await h.teardown();
-    await t.close();
-  });
-
-  async function start(handler: KafkaConsumerOptions['handler'], extra: Partial<KafkaConsumerOptions> = {}): Promise<InboxConsumer> {
-    const consumer = createKafkaConsumer({ ...h.options(handler), ...extra });
-    running.push(consumer);
-    await consumer.start();
-    return consumer;
-  }
-
-  /** Effects in the order they were applied (bigserial id). */
-  const appliedOrder = async () => (await t.query<{ message_id: string }>(`select message_id from "${t.schema}".effects order by id`)).map((r) => r.message_id);
+  const k = useKafkaTestKit({ partitions: 2 });
 
   it('a failing record holds back its partition while another partition progresses, then succeeds after retries', async () => {
     const slow = ['a-0', 'a-1', 'a-2'];
     const fast = ['b-0', 'b-1', 'b-2', 'b-3', 'b-4'];
-    await h.produce([...slow.map((id) => ({ id, value: { id }, partition: 0 })), ...fast.map((id) => ({ id, value: { id }, partition: 1 }))]);
+    await k.h.produce([...slow.map((id) => ({ id, value: { id }, partition: 0 })), ...fast.map((id) => ({ id, value: { id }, partition: 1 }))]);
     let failures = 0;
     const recorder = createOutcomeRecorder();
     const processor = recorder.wrap(
       withInbox(
         async (message: InboxMessage, tx: any) => {
           // a-0 keeps failing until every record of the other partition is applied (and at least twice).
-          if (message.id === 'a-0' && (failures < 2 || (await t.countEffects()) < fast.length)) {
+          if (message.id === 'a-0' && (failures < 2 || (await k.t.countEffects()) < fast.length)) {
             failures++;
             throw new Error('ledger unavailable');
           }
-          await tx.insert(t.effects).values({ messageId: message.id });
+          await tx.insert(k.t.effects).values({ messageId: message.id });
         },
-        { db: t.db, consumer: 'billing', tables: { schema: t.schema }, maxAttempts: 100, backoff: { baseDelayMs: 20, maxDelayMs: 200 } },
+        { db: k.t.db, consumer: 'billing', tables: { schema: k.t.schema }, maxAttempts: 100, backoff: { baseDelayMs: 20, maxDelayMs: 200 } },
       ),
     );
     const retries: string[] = [];
-    const consumer = await start(processor);
+    const consumer = await k.start(processor);
     consumer.on('retry', (outcome) => retries.push(outcome.messageId));
 
     await recorder.waitFor('a-2', { status: 'processed', timeoutMs: 30_000 });
-    const order = await appliedOrder();
+    const order = await k.applied();
     // Partition 0 applied strictly in offset order, and only after partition 1 went all the way through.
     expect(order.filter((id) => id.startsWith('a-'))).toEqual(slow);
     expect(order.indexOf('a-0')).toBeGreaterThan(Math.max(...fast.map((id) => order.indexOf(id))));
@@ -70,14 +46,14 @@ describe('retry holds and dead-letter topics', () => {
     expect(failures).toBeGreaterThanOrEqual(2);
     expect(retries.filter((id) => id === 'a-0').length).toBe(failures);
     await waitFor('offsets committed to the end', async () => {
-      const committed = await h.committed();
+      const committed = await k.h.committed();
       return committed[0] === 3 && committed[1] === 5;
     });
   });
 
   it('batch processor: a failing record stops the offset and holds later calls of its partition until it succeeds', async () => {
     const ids = Array.from({ length: 10 }, (_, i) => `r-${i}`);
-    await h.produce(ids.map((id) => ({ id, value: { id }, partition: 0 })));
+    await k.h.produce(ids.map((id) => ({ id, value: { id }, partition: 0 })));
     let failures = 0;
     const recorder = createOutcomeRecorder();
     const processor = recorder.wrap(
@@ -88,15 +64,15 @@ describe('retry holds and dead-letter topics', () => {
             if (messages.length === 1) failures++;
             throw new Error('r-4 cannot be booked yet');
           }
-          await tx.insert(t.effects).values(messages.map((m) => ({ messageId: m.id })));
+          await tx.insert(k.t.effects).values(messages.map((m) => ({ messageId: m.id })));
         },
-        { db: t.db, consumer: 'billing', tables: { schema: t.schema }, backoff: { baseDelayMs: 20, maxDelayMs: 100 } },
+        { db: k.t.db, consumer: 'billing', tables: { schema: k.t.schema }, backoff: { baseDelayMs: 20, maxDelayMs: 100 } },
       ),
     );
-    await start(processor, { batchSize: 3 });
+    await k.start(processor, { batchSize: 3 });
     await recorder.waitFor('r-9', { status: 'processed', timeoutMs: 30_000 });
-    await waitFor('offset 10 committed', async () => (await h.committed())[0] === 10);
-    const order = await appliedOrder();
+    await waitFor('offset 10 committed', async () => (await k.h.committed())[0] === 10);
+    const order = await k.applied();
     expect([...order].sort()).toEqual([...ids].sort());
     // Later calls (r-6 onwards) were applied only after the held record.
     for (const later of ids.slice(6)) expect(order.indexOf(later)).toBeGreaterThan(order.indexOf('r-4'));
@@ -111,12 +87,12 @@ describe('retry holds and dead-letter topics', () => {
       withInbox(
         async (message: InboxMessage, tx: any) => {
           if (message.id === 'pay-bad') throw new PermanentError('card number rejected by the ledger');
-          await tx.insert(t.effects).values({ messageId: message.id });
+          await tx.insert(k.t.effects).values({ messageId: message.id });
         },
-        { db: t.db, consumer: 'billing', tables: { schema: t.schema } },
+        { db: k.t.db, consumer: 'billing', tables: { schema: k.t.schema } },
       ),
     );
-    await h.produce([
+    await k.h.produce([
       { id: 'pay-bad', value: { amount: 1 }, key: 'customer-7', headers: { 'trace-id': 'abc' }, partition: 0 },
       { id: 'pay-good', value: { amount: 2 }, partition: 0 },
     ]);
@@ -124,22 +100,22 @@ describe('retry holds and dead-letter topics', () => {
     // The default dead-letter producer is kafkajs' idempotent one (the test broker's proxy gives the mock the controller it needs).
     const producerConfigs: unknown[] = [];
     const kafka: KafkaLike = {
-      consumer: (config) => h.kafka.consumer(config),
+      consumer: (config) => k.h.kafka.consumer(config),
       producer(config) {
         producerConfigs.push(config);
-        return h.kafka.producer(config);
+        return k.h.kafka.producer(config);
       },
     };
-    const consumer = await start(processor, { kafka, deadLetterTopic: (source) => `${source}.dlq` });
+    const consumer = await k.start(processor, { kafka, deadLetterTopic: (source) => `${source}.dlq` });
     expect(producerConfigs).toEqual([{ idempotent: true, maxInFlightRequests: 1 }]);
     consumer.on('dead_letter', (outcome, destination, timing) => dead.push(`${outcome.messageId}:${outcome.reason}:${destination}:${timing.durationMs >= 0}`));
 
     await recorder.waitFor('pay-good', { status: 'processed' });
-    await waitFor('offset 2 committed', async () => (await h.committed())[0] === 2);
-    expect(dead).toEqual([`pay-bad:permanent-failure:${h.deadLetterTopic}:true`]);
-    expect(await t.countEffects()).toBe(1);
+    await waitFor('offset 2 committed', async () => (await k.h.committed())[0] === 2);
+    expect(dead).toEqual([`pay-bad:permanent-failure:${k.h.deadLetterTopic}:true`]);
+    expect(await k.t.countEffects()).toBe(1);
 
-    const [record] = await h.deadLetterRecords();
+    const [record] = await k.h.deadLetterRecords();
     expect(record!.key!.toString()).toBe('customer-7');
     expect(JSON.parse(record!.value!.toString())).toEqual({ amount: 1 });
     expect(record!.headerText).toMatchObject({
@@ -148,10 +124,10 @@ describe('retry holds and dead-letter topics', () => {
       'x-inboxed-consumer': 'billing',
       'x-inboxed-message-id': 'pay-bad',
       'x-inboxed-attempt': '1',
-      'x-inboxed-original-topic': h.topic,
+      'x-inboxed-original-topic': k.h.topic,
       'x-inboxed-original-partition': '0',
       'x-inboxed-original-offset': '0',
-      'x-inboxed-group-id': h.groupId,
+      'x-inboxed-group-id': k.h.groupId,
       'trace-id': 'abc',
     });
     expect(record!.headerText['x-inboxed-error']).toContain('card number rejected by the ledger');
