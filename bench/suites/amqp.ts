@@ -55,7 +55,7 @@ async function rawConsume(connection: amqp.ChannelModel, queue: string, count: n
 
 /** `@inboxed/amqp` end to end: consume, one inbox transaction (per message or per batch), ack. */
 async function inboxedConsume(queue: string, handler: AnyInboxProcessor, count: number): Promise<number> {
-  const consumer = createAmqpConsumer({ url: AMQP_URL, queue, handler, batch: { size: BATCH_SIZE, waitMs: 20 } });
+  const consumer = createAmqpConsumer({ url: AMQP_URL, queue, handler, batchSize: BATCH_SIZE, batchWaitMs: 20 });
   consumer.on('error', (error) => console.error('[bench amqp]', error));
   let done = 0;
   let finish!: () => void;
@@ -124,7 +124,7 @@ export default async function amqpSuite(): Promise<void> {
     // separate the adapter's own cost (decode, collect, ack) from the inbox transaction's.
     const noDatabase = Object.assign(
       async (messages: readonly { id: string }[]) => messages.map((m) => ({ status: 'processed' as const, messageId: m.id, consumer: 'bench.no-db' })),
-      { kind: 'batch' as const, consumer: 'bench.no-db', checkTables: async () => {} },
+      { kind: 'batch' as const, consumer: 'bench.no-db', checkTables: async () => {}, observe: () => {} },
     );
     await prefill(channel, queue, MESSAGES);
     const adapterOnly = await inboxedConsume(queue, noDatabase, MESSAGES);
