@@ -68,7 +68,7 @@ export interface ConsumerOptions<TDelivery, TKey extends 'header' | 'attribute' 
   payload?: PayloadMode;
   /** Where lifecycle and delivery logs go (pino-compatible). @defaultValue silent, except errors with no `error` listener */
   logger?: InboxLogger;
-  /** @internal Test hook: runs after a delivery's outcome is final (its effect committed) and before it is settled with the broker. */
+  /** Test hook (for crash tests such as a SIGKILL between commit and settle): runs after a delivery's outcome is final (its effect committed) and before it is settled with the broker. */
   beforeSettle?: (outcome: InboxOutcome) => void | Promise<void>;
 }
 
