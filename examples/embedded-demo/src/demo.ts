@@ -105,7 +105,7 @@ async function main(): Promise<void> {
     [queue[i], queue[j]] = [queue[j]!, queue[i]!];
   }
 
-  const tally: Record<InboxOutcome['status'], number> = { processed: 0, duplicate: 0, rejected: 0, conflict: 0, retry: 0, 'dead-letter': 0 };
+  const tally: Record<InboxOutcome['status'], number> = { processed: 0, duplicate: 0, rejected: 0, conflict: 0, retry: 0, busy: 0, 'dead-letter': 0 };
   const started = performance.now();
   let next = 0;
   const worker = async () => {

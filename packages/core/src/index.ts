@@ -28,6 +28,7 @@ export {
   type DuplicateOutcome,
   type RejectedOutcome,
   type RetryOutcome,
+  type BusyOutcome,
   type DeadLetterOutcome,
   type ConflictOutcome,
   type InboxStatus,

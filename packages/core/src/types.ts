@@ -39,7 +39,10 @@ export interface InboxMessage<TPayload = unknown> {
   source?: string;
 }
 
-/** What the adapter must do: ack (`processed`, `duplicate`, `rejected`), redeliver later (`retry`), or dead-letter (`dead-letter`, `conflict`). */
+/**
+ * What the adapter must do: ack (`processed`, `duplicate`, `rejected`), redeliver later (`retry`,
+ * `busy`), or dead-letter (`dead-letter`, `conflict`).
+ */
 export type InboxStatus = InboxOutcome['status'];
 
 /**
@@ -81,6 +84,12 @@ export const OutcomeReasons = {
   PROCESSOR_THREW: 'processor-threw',
   /** `duplicate`: a second copy of the same id inside one batch. */
   DUPLICATE_IN_BATCH: 'duplicate-in-batch',
+  /** `busy` (leased mode): another worker holds a live lease on this message. */
+  LEASE_HELD: 'lease-held',
+  /** `retry` (leased mode): this worker's lease was taken over before it completed; the completion was fenced off. Not counted. */
+  LEASE_LOST: 'lease-lost',
+  /** `dead-letter`: a leased claim of another mode is in the way (a transactional processor found a leased claim it cannot take over). */
+  MODE_MISMATCH: 'mode-mismatch',
 } as const;
 
 /** A reason from {@link OutcomeReasons}, a business rejection reason, or an adapter's reason. */
@@ -101,8 +110,17 @@ export interface OutcomeFields {
   error?: InboxError;
   /** The attempt this outcome concerns: the durable count of failures for counted failures, else the broker's delivery count. */
   attempt?: number;
-  /** For `retry`: how long to wait before the next attempt (exponential backoff, full jitter). */
+  /** For `retry`: how long to wait before the next attempt (exponential backoff, full jitter). For `busy`: the time left on the other worker's lease. */
   retryAfterMs?: number;
+  /**
+   * For `processed` and `duplicate`: the result the handler stored with `storeResult(value)` when the
+   * message was completed, parsed back from JSON (every later duplicate gets the same result).
+   */
+  result?: unknown;
+  /** Leased mode: the fencing token of this attempt's claim (1 for the first claim, +1 on every later one). */
+  fencingToken?: number;
+  /** Leased mode: true when this attempt took over a claim whose lease expired without completing. */
+  takeover?: boolean;
   /** First failed attempt, when failures were recorded (for dead-letter headers). */
   firstAttemptAt?: Date;
   /** Latest failed attempt, when failures were recorded. */
@@ -137,6 +155,17 @@ export interface RetryOutcome extends OutcomeFields {
   retryAfterMs: number;
 }
 
+/**
+ * `busy` (leased mode): another worker holds a live lease on this message. Not now: redeliver after
+ * `retryAfterMs` (the time left on that lease, bounded), without counting an attempt; never ack or
+ * dead-letter it.
+ */
+export interface BusyOutcome extends OutcomeFields {
+  status: 'busy';
+  reason: OutcomeReason;
+  retryAfterMs: number;
+}
+
 /** `dead-letter`: retrying cannot help; dead-letter with `reason` and `error`, then ack. */
 export interface DeadLetterOutcome extends OutcomeFields {
   status: 'dead-letter';
@@ -160,7 +189,7 @@ export interface ConflictOutcome extends OutcomeFields {
  * if (outcome.status === 'dead-letter') log.warn(outcome.reason, outcome.error.code);
  * ```
  */
-export type InboxOutcome = ProcessedOutcome | DuplicateOutcome | RejectedOutcome | RetryOutcome | DeadLetterOutcome | ConflictOutcome;
+export type InboxOutcome = ProcessedOutcome | DuplicateOutcome | RejectedOutcome | RetryOutcome | BusyOutcome | DeadLetterOutcome | ConflictOutcome;
 
 /** A stable business rejection returned by a handler; see {@link reject}. */
 export interface Rejection {

@@ -22,6 +22,11 @@ export interface ConsumerEvents {
   duplicate: [outcome: InboxOutcome, timing: DeliveryTiming];
   /** A delivery will be redelivered after `outcome.retryAfterMs`. */
   retry: [outcome: InboxOutcome, timing: DeliveryTiming];
+  /**
+   * Leased mode: another worker holds a live lease on the message; the delivery comes back after
+   * `outcome.retryAfterMs` without counting an attempt.
+   */
+  busy: [outcome: InboxOutcome, timing: DeliveryTiming];
   /** A delivery was dead-lettered (`dead-letter` or `conflict`); `destination` says where. */
   dead_letter: [outcome: InboxOutcome, destination: string, timing: DeliveryTiming];
   /** Something went wrong outside a single message (connection, ack, publish). Never swallowed. */
@@ -113,6 +118,9 @@ export class ConsumerEventEmitter {
       case 'retry':
         this.emit('retry', outcome, timing);
         this.reportInfrastructure(outcome);
+        break;
+      case 'busy':
+        this.emit('busy', outcome, timing);
         break;
       case 'dead-letter':
       case 'conflict':

@@ -19,7 +19,7 @@ export { ConsumerEventEmitter, INFRASTRUCTURE_ERROR_INTERVAL_MS, type ConsumerEv
 export { defaultLogger, type InboxLogger } from './logger.js';
 export { callProcessor } from './processor-call.js';
 export { decodePayload, isJsonContentType, UNPARSEABLE_BODY, UNPARSEABLE_BODY_REASON, type DecodedPayload, type PayloadMode } from './payload.js';
-export { actionFor, adapterDeadLetter, deadLetterHeaders, DeadLetterHeaders, type OutcomeAction } from './outcomes.js';
+export { actionFor, adapterDeadLetter, deadLetterHeaders, DeadLetterHeaders, redeliverAfterMs, type OutcomeAction } from './outcomes.js';
 export { InFlight } from './in-flight.js';
 export { checkTablesAtStart } from './start-check.js';
 export { backoffDelay, sleep, type BackoffOptions } from '../backoff.js';

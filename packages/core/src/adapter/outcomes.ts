@@ -6,7 +6,8 @@ export type OutcomeAction = 'ack' | 'retry' | 'dead-letter';
 
 /**
  * The one mapping from outcome to broker action, shared by every adapter:
- * `processed`, `duplicate`, `rejected` -> ack; `retry` -> redeliver later; `dead-letter`, `conflict` -> dead-letter, then ack.
+ * `processed`, `duplicate`, `rejected` -> ack; `retry`, `busy` -> redeliver later (`busy` never counts an
+ * attempt); `dead-letter`, `conflict` -> dead-letter, then ack.
  */
 export function actionFor(status: InboxStatus): OutcomeAction {
   switch (status) {
@@ -15,6 +16,7 @@ export function actionFor(status: InboxStatus): OutcomeAction {
     case 'rejected':
       return 'ack';
     case 'retry':
+    case 'busy':
       return 'retry';
     case 'dead-letter':
     case 'conflict':
@@ -64,4 +66,12 @@ export function deadLetterHeaders(outcome: InboxOutcome, now: Date = new Date())
     headers[DeadLetterHeaders.ERROR_CODE] = String(outcome.error.code);
   }
   return headers;
+}
+
+/**
+ * How long to wait before a delivery that is redelivered later (`retry`, `busy`) comes back, in ms;
+ * `undefined` for outcomes that are settled for good.
+ */
+export function redeliverAfterMs(outcome: InboxOutcome): number | undefined {
+  return outcome.status === 'retry' || outcome.status === 'busy' ? outcome.retryAfterMs : undefined;
 }
