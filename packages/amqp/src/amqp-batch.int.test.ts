@@ -1,4 +1,4 @@
-import type { InboxMessage } from '@inboxed/core';
+import { OutcomeReasons, wrapProcessor, withInboxBatch, type InboxMessage, type InboxOutcome } from '@inboxed/core';
 import { DeadLetterHeaders } from '@inboxed/core/adapter';
 import { waitFor } from '@inboxed/test-support';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
@@ -50,6 +50,54 @@ describe('createAmqpConsumer in batch mode (withInboxBatch)', () => {
     const [dead] = await k.h.drain(k.h.deadLetterQueue);
     expect(dead!.properties.headers![DeadLetterHeaders.REASON]).toBe('unparseable-body');
     expect(await k.h.depth()).toBe(0);
+  });
+
+  it('a busy id in a batch is delayed alone (attempt kept, busy event) while the rest of the batch is processed', async () => {
+    const inner = withInboxBatch(
+      async (messages, tx: any) => {
+        await tx.insert(k.t.effects).values(messages.map((m) => ({ messageId: m.id, value: m.payload })));
+      },
+      { db: k.t.db, consumer: k.consumerName, tables: { schema: k.t.schema } },
+    );
+    const leased: (number | undefined)[] = [];
+    // 'z-leased' is busy (held by another worker) on its first two deliveries; the others go through.
+    const processor = k.recorder.wrap(
+      wrapProcessor(inner, async (messages, next) => {
+        const busy = new Map<InboxMessage, InboxOutcome>();
+        for (const m of messages) {
+          if (m.id !== 'z-leased') continue;
+          leased.push(m.attempt);
+          if (leased.length <= 2) {
+            busy.set(m, {
+              status: 'busy',
+              reason: OutcomeReasons.LEASE_HELD,
+              retryAfterMs: 200,
+              messageId: m.id,
+              consumer: inner.consumer,
+              attempt: m.attempt ?? 1,
+            });
+          }
+        }
+        const rest = messages.filter((m) => !busy.has(m));
+        const outcomes = rest.length === 0 ? [] : await next(rest);
+        return messages.map((m) => busy.get(m) ?? outcomes[rest.indexOf(m)]!);
+      }),
+    );
+    const consumer = k.consume(processor, { batchSize: 10, batchWaitMs: 50 });
+    const events: string[] = [];
+    consumer.on('busy', (o) => events.push(`busy:${o.messageId}`));
+    consumer.on('retry', (o) => events.push(`retry:${o.messageId}`));
+    consumer.on('dead_letter', (o) => events.push(`dead_letter:${o.messageId}`));
+    await consumer.start();
+    await k.h.publish(['a-1', 'z-leased', 'a-2', 'a-3'].map((id) => ({ id, payload: { id } })));
+    await k.recorder.waitFor('z-leased', { status: 'processed', timeoutMs: 20_000 });
+    await waitFor('everything settled', async () => (await k.h.pending()) === 0);
+    await consumer.stop();
+    expect(events).toEqual(['busy:z-leased', 'busy:z-leased']);
+    expect(k.recorder.counts()).toEqual({ busy: 2, processed: 4 });
+    expect(leased).toEqual([1, 1, 1]);
+    expect(await k.effectsPerMessage()).toEqual(new Map(['a-1', 'z-leased', 'a-2', 'a-3'].map((id) => [id, 1])));
+    expect(await k.h.depth(k.h.deadLetterQueue)).toBe(0);
   });
 
   it('stop() under load: coalesced acks are all sent before the channels close; exactly the uncommitted rest stays queued', async () => {

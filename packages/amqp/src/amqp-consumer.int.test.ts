@@ -1,4 +1,4 @@
-import { InboxErrorCodes, PermanentError, withInbox, type InboxError } from '@inboxed/core';
+import { InboxErrorCodes, OutcomeReasons, PermanentError, withInbox, wrapProcessor, type InboxError, type InboxOutcome } from '@inboxed/core';
 import { DeadLetterHeaders } from '@inboxed/core/adapter';
 import { createOutcomeRecorder } from '@inboxed/core/testing';
 import { createTestDatabase, waitFor } from '@inboxed/test-support';
@@ -41,6 +41,64 @@ describe('createAmqpConsumer: RabbitMQ specifics', () => {
     expect(seen[1]! - seen[0]!).toBeGreaterThanOrEqual(95);
     expect(seen[2]! - seen[1]!).toBeGreaterThanOrEqual(95);
     for (const queue of [k.h.queue, ...k.h.retryQueues]) expect(await k.h.depth(queue)).toBe(0);
+  });
+
+  it('busy (another worker holds the lease) is not now: delayed in the fitting retry tier, never acked as done, attempt kept', async () => {
+    // A real withInbox processor behind a middleware that answers `busy` (as leased mode would) to the
+    // first two deliveries of an id; the recorder outside sees every outcome.
+    const deliveries: { attempt: number | undefined; headers: Record<string, unknown> | undefined; at: number }[] = [];
+    const inner = withInbox(
+      async (message, tx: any) => {
+        await tx.insert(k.t.effects).values({ messageId: message.id, value: message.payload });
+      },
+      { db: k.t.db, consumer: k.consumerName, tables: { schema: k.t.schema } },
+    );
+    const processor = k.recorder.wrap(
+      wrapProcessor(inner, async (message, next): Promise<InboxOutcome> => {
+        deliveries.push({ attempt: message.attempt, headers: message.headers, at: performance.now() });
+        if (deliveries.length > 2) return next(message);
+        return {
+          status: 'busy',
+          reason: OutcomeReasons.LEASE_HELD,
+          retryAfterMs: 200,
+          messageId: message.id,
+          consumer: inner.consumer,
+          attempt: message.attempt ?? 1,
+        };
+      }),
+    );
+    // 200 ms fits the 1000 ms tier (the smallest >= 200), not the 100 ms one: long enough to see the copy parked there.
+    const tier = `${k.h.queue}.retry.1000`;
+    const consumer = k.consume(processor, { retryDelaysMs: [100, 1000] });
+    const events: string[] = [];
+    const parkedWhileBusy: Promise<number>[] = [];
+    consumer.on('busy', (outcome) => {
+      events.push(`busy:${outcome.messageId}`);
+      parkedWhileBusy.push(k.h.depth(tier)); // read at once: the copy waits ~1 s there
+    });
+    consumer.on('retry', (outcome) => events.push(`retry:${outcome.messageId}`));
+    consumer.on('message_processed', (outcome) => events.push(`processed:${outcome.messageId}`));
+    consumer.on('dead_letter', (outcome) => events.push(`dead_letter:${outcome.messageId}`));
+    await consumer.start();
+    await k.h.publishRaw({ orderId: 5 }, { messageId: 'leased-5' });
+    await k.recorder.waitFor('leased-5', { status: 'processed', timeoutMs: 20_000 });
+    await waitFor('everything settled', async () => (await k.h.pending()) === 0);
+    await consumer.stop();
+
+    expect(k.recorder.outcomes.map((o) => o.status)).toEqual(['busy', 'busy', 'processed']);
+    expect(events).toEqual(['busy:leased-5', 'busy:leased-5', 'processed:leased-5']);
+    // Redelivered, not acked as done: the processor saw it three times, always as attempt 1.
+    expect(deliveries.map((d) => d.attempt)).toEqual([1, 1, 1]);
+    expect(deliveries.map((d) => d.headers?.['x-inboxed-attempt'])).toEqual([undefined, undefined, undefined]);
+    // Each busy copy sat in the 1000 ms retry queue (the broker's x-death says which), then came back.
+    expect(await Promise.all(parkedWhileBusy)).toEqual([1, 1]);
+    for (const d of deliveries.slice(1)) expect((d.headers?.['x-death'] as { queue: string }[] | undefined)?.[0]?.queue).toBe(tier);
+    expect(deliveries[1]!.at - deliveries[0]!.at).toBeGreaterThanOrEqual(950);
+    expect(deliveries[2]!.at - deliveries[1]!.at).toBeGreaterThanOrEqual(950);
+    // One effect; nothing left in the work or retry queues; nothing dead-lettered.
+    expect(await k.effectsPerMessage()).toEqual(new Map([['leased-5', 1]]));
+    for (const queue of [k.h.queue, ...k.h.retryQueues]) expect(await k.h.depth(queue)).toBe(0);
+    expect(await k.h.depth(k.h.deadLetterQueue)).toBe(0);
   });
 
   it('a dead-lettered copy keeps the properties and headers, says where it came from, and replays as one effect', async () => {

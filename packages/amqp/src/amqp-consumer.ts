@@ -31,7 +31,7 @@ async function pause(ms: number, signal: AbortSignal): Promise<void> {
 /**
  * A RabbitMQ consumer with exactly-once database effects. Each delivery is handed to your inboxed
  * processor and settled only once its outcome is final: acked when committed, a duplicate or
- * rejected; republished to a delay queue (`retry`) or to the dead-letter queue (`dead-letter`,
+ * rejected; republished to a delay queue (`retry`, `busy`) or to the dead-letter queue (`dead-letter`,
  * `conflict`) and acked only once the broker confirmed that copy. The topology (retry queues,
  * dead-letter queue, and the work queue with `queueOptions`) is declared on every (re)connect; a
  * lost connection or channel, or a consumer the broker cancelled, is re-established with backoff

@@ -114,46 +114,58 @@ describe('retry copies and the attempt header', () => {
     await k.close();
   });
 
-  it('a database outage retry keeps the attempt; a handler failure advances it', async () => {
+  it('only a handler failure advances the attempt: an outage, a lost lease and busy keep it; busy emits busy, not retry', async () => {
     const connection = await amqp.connect(k.h.url);
     // A long tier, so the copies stay in the retry queue where the test can read them.
     const parked = `${k.h.queue}.retry.60000`;
     try {
       const channel = await connection.createConfirmChannel();
       await assertAmqpTopology(channel, { queue: k.h.queue, retryDelaysMs: [60_000] });
-      const reasons = ['database-unavailable', 'handler-failed'];
-      let call = 0;
-      const processor = Object.assign(
-        async (m: InboxMessage): Promise<InboxOutcome> => {
-          const reason = reasons[call++]!;
-          const code = reason === 'handler-failed' ? 'HANDLER_FAILED' : 'DATABASE_UNAVAILABLE';
-          return {
-            status: 'retry',
-            messageId: m.id,
-            consumer: 'c',
-            reason,
-            attempt: m.attempt ?? 1,
-            retryAfterMs: 10,
-            error: new InboxError(code, 'simulated'),
-          };
-        },
-        { kind: 'single' as const, consumer: 'c', checkTables: async () => {}, observe: () => {} },
-      );
+      const retry = (m: InboxMessage, reason: string, code: string): InboxOutcome => ({
+        status: 'retry',
+        messageId: m.id,
+        consumer: 'c',
+        reason,
+        attempt: m.attempt ?? 1,
+        retryAfterMs: 10,
+        error: new InboxError(code, 'simulated'),
+      });
+      const outcomes: Record<string, (m: InboxMessage) => InboxOutcome> = {
+        outage: (m) => retry(m, 'database-unavailable', 'DATABASE_UNAVAILABLE'),
+        failing: (m) => retry(m, 'handler-failed', 'HANDLER_FAILED'),
+        'lease-lost': (m) => retry(m, 'lease-lost', 'INTERNAL_ERROR'),
+        busy: (m) => ({ status: 'busy', messageId: m.id, consumer: 'c', reason: 'lease-held', attempt: m.attempt ?? 1, retryAfterMs: 10 }),
+      };
+      const processor = Object.assign(async (m: InboxMessage): Promise<InboxOutcome> => outcomes[m.id]!(m), {
+        kind: 'single' as const,
+        consumer: 'c',
+        checkTables: async () => {},
+        observe: () => {},
+      });
       const onMessage = createAmqpMessageHandler(channel, processor, { queue: k.h.queue, retryDelaysMs: [60_000] });
       onMessage.on('error', () => {}); // the simulated outage is reported once
+      const events: string[] = [];
+      onMessage.on('retry', (o) => events.push(`retry:${o.messageId}`));
+      onMessage.on('busy', (o, timing) => {
+        events.push(`busy:${o.messageId}`);
+        expect(timing.durationMs).toBeGreaterThanOrEqual(0);
+      });
       const { consumerTag } = await channel.consume(k.h.queue, onMessage);
-      await k.h.publishRaw({ a: 1 }, { messageId: 'outage', headers: { 'x-inboxed-attempt': 2 } });
-      await waitFor('the first copy', async () => (await k.h.depth(parked)) === 1);
-      await k.h.publishRaw({ a: 2 }, { messageId: 'failing', headers: { 'x-inboxed-attempt': 2 } });
-      await waitFor('the second copy', async () => (await k.h.depth(parked)) === 2);
+      for (const id of Object.keys(outcomes)) await k.h.publishRaw({ id }, { messageId: id, headers: { 'x-inboxed-attempt': 2 } });
+      await waitFor('every copy parked', async () => (await k.h.depth(parked)) === 4);
       await channel.cancel(consumerTag);
-      await onMessage.drain(5000);
+      expect(await onMessage.drain(5000)).toBe(0);
       const copies = await k.h.drain(parked);
       const attemptOf = (id: string) => copies.find((c) => c.properties.messageId === id)!.properties.headers!['x-inboxed-attempt'];
       expect(attemptOf('outage')).toBe(2); // delivered as attempt 3, not counted: stays at 2
+      expect(attemptOf('lease-lost')).toBe(2);
+      expect(attemptOf('busy')).toBe(2);
       expect(attemptOf('failing')).toBe(3); // attempt 3 failed: the next delivery is attempt 4
-      expect(copies[0]!.properties.headers!['x-inboxed-original-queue']).toBe(k.h.queue);
+      expect(copies.every((c) => c.properties.headers!['x-inboxed-original-queue'] === k.h.queue)).toBe(true);
+      expect(events.sort()).toEqual(['busy:busy', 'retry:failing', 'retry:lease-lost', 'retry:outage']);
+      // Moved to the retry queue, not acked as done, never dead-lettered.
       expect(await k.h.depth()).toBe(0);
+      expect(await k.h.depth(k.h.deadLetterQueue)).toBe(0);
     } finally {
       await k.h.channel.deleteQueue(parked).catch(() => undefined);
       await connection.close();

@@ -34,7 +34,7 @@ export interface AmqpMessageHandlerOptions extends Omit<ConsumerOptions<ConsumeM
 /** An `onMessage` callback for `channel.consume(queue, onMessage)`, with the controls a graceful stop needs. */
 export interface AmqpMessageHandler {
   (delivery: ConsumeMessage | null): void;
-  /** Subscribes to `message_processed`, `duplicate`, `retry`, `dead_letter` and `error`; returns the function that unsubscribes. */
+  /** Subscribes to `message_processed`, `duplicate`, `retry`, `busy`, `dead_letter` and `error`; returns the function that unsubscribes. */
   on: ConsumerEventEmitter['on'];
   /** Processes a partially collected batch now (call it after cancelling the consumer). */
   flush(): Promise<void>;
@@ -50,8 +50,8 @@ function isConfirmChannel(channel: Channel): channel is ConfirmChannel {
  * Turns an inboxed processor into an `onMessage` callback for your own `channel.consume` loop, with
  * the same behaviour per delivery as `createAmqpConsumer` but no connection management. Each
  * delivery is mapped to an `InboxMessage`, processed, and only then settled: `processed`,
- * `duplicate` and `rejected` are acked; `retry` is republished (with confirms) to the retry queue
- * whose delay fits `retryAfterMs`, then acked; `dead-letter` and `conflict` are republished to the
+ * `duplicate` and `rejected` are acked; `retry` and `busy` are republished (with confirms) to the
+ * retry queue whose delay fits `retryAfterMs`, then acked (`busy` without counting an attempt); `dead-letter` and `conflict` are republished to the
  * dead-letter target with reason headers, then acked. A copy that is not confirmed leaves the
  * original requeued: never lost. Declare the retry and dead-letter queues with `assertAmqpTopology`.
  * Acks are sent one per delivery, since your channel may carry other consumers.

@@ -42,6 +42,12 @@ describe('AMQP message mapping', () => {
     expect(retriedAttempt(third, retry('handler-failed', 3))).toBe(3);
     expect(retriedAttempt(third, retry('database-unavailable', 3))).toBe(2);
     expect(retriedAttempt(third, retry('processor-threw', 3))).toBe(2);
+    expect(retriedAttempt(third, retry('lease-lost', 3))).toBe(2);
+    // busy (another worker holds the lease) is never an attempt, whatever its reason says.
+    const busy = (reason: string) => ({ status: 'busy', messageId: 'm', consumer: 'c', reason, attempt: 3, retryAfterMs: 200 }) as never;
+    expect(retriedAttempt(third, busy('lease-held'))).toBe(2);
+    expect(retriedAttempt(third, busy('handler-failed'))).toBe(2);
+    expect(retriedAttempt(delivery({}), busy('lease-held'))).toBe(0); // first delivery: the copy carries no attempt header
   });
 
   it('decodes JSON by content type, passes other bodies as Buffers, dead-letters broken JSON and missing ids itself', () => {

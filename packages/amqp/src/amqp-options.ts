@@ -46,7 +46,7 @@ export interface AmqpConsumerOptions extends ConsumerOptions<ConsumeMessage, 'he
   /** Batch mode only: longest wait after a batch's first delivery before a partial batch is processed, in ms. @defaultValue 50 */
   batchWaitMs?: number;
   /**
-   * Delays of the retry queues (`<queue>.retry.<ms>`), in ms. A `retry` outcome goes to the smallest
+   * Delays of the retry queues (`<queue>.retry.<ms>`), in ms. A `retry` or `busy` outcome goes to the smallest
    * delay >= its `retryAfterMs` (the largest when none is).
    * @defaultValue `[1000, 5000, 30000, 120000, 600000]`
    */

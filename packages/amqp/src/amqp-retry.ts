@@ -1,4 +1,5 @@
 import { OutcomeReasons, type InboxOutcome } from '@inboxed/core';
+import { redeliverAfterMs } from '@inboxed/core/adapter';
 import type { ConsumeMessage } from 'amqplib';
 import { ATTEMPT_HEADER, attemptOf, ORIGINAL_QUEUE_HEADER } from './amqp-message.js';
 import { copyProperties, type ConfirmedPublisher } from './amqp-publisher.js';
@@ -21,20 +22,23 @@ export function retryTierFor(retryAfterMs: number | undefined, delays: readonly 
 }
 
 /**
- * The attempt a retried copy carries: only a handler failure (`handler-failed`, including a
- * handler timeout) is an attempt the core counts; a database outage, a lock wait, a serialization
- * conflict or a processor that threw is nobody's fault and must not push the message toward
- * `maxAttempts`, so the copy keeps the attempt it arrived with.
+ * The attempt a retried copy carries: only a `retry` for a handler failure (`handler-failed`,
+ * including a handler timeout) is an attempt the core counts; a database outage, a lock wait, a
+ * serialization conflict, a processor that threw or a lost lease (`lease-lost`) is nobody's fault
+ * and must not push the message toward `maxAttempts`, and neither is a `busy` outcome (another worker
+ * holds the lease: not now), so the copy keeps the attempt it arrived with.
  */
 export function retriedAttempt(delivery: ConsumeMessage, outcome: InboxOutcome): number {
   const previous = attemptOf(delivery) - 1;
-  return outcome.reason === OutcomeReasons.HANDLER_FAILED ? (outcome.attempt ?? previous + 1) : previous;
+  const counted = outcome.status === 'retry' && outcome.reason === OutcomeReasons.HANDLER_FAILED;
+  return counted ? (outcome.attempt ?? previous + 1) : previous;
 }
 
 /**
- * Publishes a `retry` outcome's copy to the retry queue whose delay fits `retryAfterMs` (through the
- * default exchange), and resolves once the broker confirmed and routed it. The queue's TTL
- * dead-letters it back to the work queue after the delay.
+ * Publishes the copy of a delivery to redeliver later (a `retry` or a `busy` outcome) to the retry
+ * queue whose delay fits its `retryAfterMs` (through the default exchange), and resolves once the
+ * broker confirmed and routed it. The queue's TTL dead-letters it back to the work queue after the
+ * delay.
  */
 export async function publishRetryCopy(
   publisher: ConfirmedPublisher,
@@ -48,6 +52,6 @@ export async function publishRetryCopy(
   if (attempt > 0) headers[ATTEMPT_HEADER] = attempt;
   else delete headers[ATTEMPT_HEADER];
   headers[ORIGINAL_QUEUE_HEADER] = topology.queue;
-  const delay = retryTierFor(outcome.retryAfterMs, topology.retryDelaysMs);
+  const delay = retryTierFor(redeliverAfterMs(outcome), topology.retryDelaysMs);
   await publisher.publish('', retryQueueName(topology.queue, delay), delivery.content, { ...copyProperties(delivery, id), headers }, [outcome.messageId]);
 }

@@ -32,7 +32,9 @@ export interface SettlementContext {
 /**
  * @internal Settles deliveries with RabbitMQ per the one outcome-to-action mapping (`actionFor`):
  * - `ack` (`processed`, `duplicate`, `rejected`): ack;
- * - `retry`: publish a copy to the fitting retry queue, wait for the broker's confirm, then ack;
+ * - `retry` (`retry`, and `busy`: another worker holds the lease, not now): publish a copy to the
+ *   retry queue fitting `retryAfterMs`, wait for the broker's confirm, then ack the original: it was
+ *   moved, not settled as done (a `busy` copy keeps its attempt; the event is `busy`, not `retry`);
  * - `dead-letter` (`dead-letter`, `conflict`): publish a copy to the dead-letter target with reason
  *   headers, wait for the confirm, then ack.
  * A copy that is not confirmed (or is returned as unroutable) leaves the original requeued after
