@@ -20,9 +20,10 @@ export interface SqsHandler {
 /**
  * Everything `createSqsConsumer` does with received messages, for messages you receive yourself:
  * acked outcomes are deleted (`DeleteMessageBatch`, failed entries retried), `retry` ones get a
- * visibility timeout of their backoff, dead-letters are sent to `deadLetterQueueUrl` and then
- * deleted (or left to the redrive policy); while the processor runs a heartbeat keeps the messages
- * invisible; FIFO groups are processed in order.
+ * visibility timeout of their backoff (`busy` ones: of their `retryAfterMs`, at least 1 s; never
+ * deleted or dead-lettered), dead-letters are sent to `deadLetterQueueUrl` and then deleted (or left
+ * to the redrive policy); while the processor runs a heartbeat keeps the messages invisible; FIFO
+ * groups are processed in order.
  *
  * Receive with `MessageAttributeNames: ['All']` and `MessageSystemAttributeNames: ['All']` so ids,
  * receive counts and groups are available.

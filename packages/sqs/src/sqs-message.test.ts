@@ -97,6 +97,16 @@ describe('visibility', () => {
     expect(retryVisibilitySeconds(undefined, 40, { baseDelayMs: 1000, maxDelayMs: 10 ** 9, jitter: 'none' })).toBe(MAX_VISIBILITY_TIMEOUT_SECONDS);
   });
 
+  it('busy: its own retryAfterMs rounded up, at least 1 s, never the receive-count backoff', () => {
+    const busy = (retryAfterMs: number) => ({ status: 'busy' as const, messageId: 'm', consumer: 'c', reason: 'lease-held', retryAfterMs });
+    const backoff = { baseDelayMs: 60_000, jitter: 'none' as const };
+    expect(retryVisibilitySeconds(busy(1000), 9, backoff)).toBe(1);
+    expect(retryVisibilitySeconds(busy(2500), 9, backoff)).toBe(3);
+    expect(retryVisibilitySeconds(busy(0), 9, backoff)).toBe(1);
+    expect(retryVisibilitySeconds(busy(Number.NaN), 9, backoff)).toBe(1);
+    expect(retryVisibilitySeconds(busy(10 ** 12), 1, backoff)).toBe(MAX_VISIBILITY_TIMEOUT_SECONDS);
+  });
+
   it('never extends a receive past 12 hours in total', () => {
     const receivedAt = new Date(0);
     expect(capVisibility(30, receivedAt, 1000)).toBe(30);

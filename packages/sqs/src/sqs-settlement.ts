@@ -13,7 +13,7 @@ export type SqsSettlement =
   | 'deleted'
   /** Sent to the dead-letter queue and deleted. */
   | 'dead-lettered'
-  /** Made visible again after the backoff (`retry`). */
+  /** Made visible again after the backoff (`retry`), or after what is left of another worker's lease (`busy`). */
   | 'retry-scheduled'
   /** Dead-letter outcome left to the redrive policy (no `deadLetterQueueUrl`): visible again after a backoff. */
   | 'left-for-redrive'
@@ -74,9 +74,10 @@ interface Planned {
 
 /**
  * Settles entries by their outcomes (`actionFor`): acks are deleted (`DeleteMessageBatch`), retries
- * get a visibility timeout of their backoff (`ChangeMessageVisibilityBatch`), dead-letters are sent
- * to the DLQ and deleted only once the copy was stored (or, without a DLQ URL, left to the redrive
- * policy after a backoff). An outcome event is emitted only once its SQS call succeeded.
+ * get a visibility timeout of their backoff (`ChangeMessageVisibilityBatch`) and `busy` ones of their
+ * own `retryAfterMs` (never deleted or dead-lettered; not final, so a FIFO group waits), dead-letters
+ * are sent to the DLQ and deleted only once the copy was stored (or, without a DLQ URL, left to the
+ * redrive policy after a backoff). An outcome event is emitted only once its SQS call succeeded.
  */
 export async function settle(entries: readonly ReceivedEntry[], outcomes: readonly InboxOutcome[], ctx: SettlementContext): Promise<void> {
   if (ctx.beforeSettle !== undefined) await runBeforeSettle(outcomes, ctx);
@@ -93,7 +94,7 @@ export async function settle(entries: readonly ReceivedEntry[], outcomes: readon
         case 'ack':
           toDelete.push({ entry, outcome, settlement: 'deleted' });
           return;
-        case 'retry':
+        case 'retry': // `retry`, and `busy` (its visibility is its own retryAfterMs; see retryVisibilitySeconds)
           toDelay.push({ entry, outcome, settlement: 'retry-scheduled', seconds: redelay(entry, outcome) });
           return;
         case 'dead-letter': {
