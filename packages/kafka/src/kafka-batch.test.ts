@@ -1,5 +1,5 @@
 import { EventEmitter } from 'node:events';
-import type { InboxMessage, InboxOutcome, InboxProcessor } from '@inboxed/core';
+import { type InboxBatchProcessor, type InboxMessage, type InboxOutcome, type InboxProcessor, OutcomeReasons } from '@inboxed/core';
 import { ConsumerEventEmitter, InFlight } from '@inboxed/core/adapter';
 import { describe, expect, it } from 'vitest';
 import { attachRuntime } from './kafka-batch.js';
@@ -142,5 +142,73 @@ describe('a member the group refuses', () => {
       expect(commits).toEqual(['0@1']);
       runtime.close();
     }
+  });
+});
+
+describe('a busy outcome (leased mode: another worker holds the lease)', () => {
+  it('batch processor: holds the partition at the busy record after committing the records before it, never dead-letters it, emits busy (not retry), and runs it again after retryAfterMs', async () => {
+    const { consumer, commits, join } = fakeConsumer(() => undefined);
+    const sent: KafkaOutgoingRecord[] = [];
+    const producer = {
+      connect: async () => {},
+      disconnect: async () => {},
+      send: async ({ messages }: { messages: KafkaOutgoingRecord[] }) => void sent.push(...messages),
+    };
+    let busy = true;
+    const calls: string[][] = [];
+    const processor = Object.assign(
+      async (messages: readonly InboxMessage[]): Promise<InboxOutcome[]> => {
+        calls.push(messages.map((m) => m.id));
+        return messages.map(
+          (m): InboxOutcome =>
+            m.id === 'm-1' && busy
+              ? { status: 'busy', reason: OutcomeReasons.LEASE_HELD, retryAfterMs: 30, messageId: m.id, consumer: 'billing' }
+              : { status: 'processed', messageId: m.id, consumer: 'billing' },
+        );
+      },
+      { kind: 'batch' as const, consumer: 'billing', checkTables: async () => {}, observe: () => {} },
+    ) satisfies InboxBatchProcessor;
+    const events = new ConsumerEventEmitter();
+    const seen: string[] = [];
+    events.on('message_processed', (outcome) => void seen.push(`message_processed:${outcome.messageId}`));
+    events.on('retry', (outcome) => void seen.push(`retry:${outcome.messageId}`));
+    events.on('busy', (outcome) => void seen.push(`busy:${outcome.messageId}`));
+    events.on('dead_letter', (outcome) => void seen.push(`dead_letter:${outcome.messageId}`));
+    events.on('error', (error) => void seen.push(`error:${error.code}`));
+    const runtime = attachRuntime({
+      processor,
+      consumer,
+      producer,
+      events,
+      settings: processingSettings(processor, { batchSize: 3 }),
+      groupId: 'g',
+      inFlight: new InFlight(),
+      taking: () => true,
+      signal: () => undefined,
+    });
+    join([0]);
+    const batch = [record(0, '{}'), record(1, '{}'), record(2, '{}')];
+    await runtime.run({ topic: 'payments', partition: 0, messages: batch });
+    // m-0 is committed; m-1 is busy and m-2 (after it) is not committed although its outcome is final.
+    expect(commits).toEqual(['0@1']);
+    expect(seen).toEqual(['message_processed:m-0', 'busy:m-1']);
+    expect(sent).toEqual([]);
+    expect(runtime.holds.isHeld('payments', 0)).toBe(true);
+    // A fetch that comes back while the partition is held runs nothing.
+    await runtime.run({ topic: 'payments', partition: 0, messages: batch.slice(1) });
+    expect(calls).toHaveLength(1);
+    // After retryAfterMs the partition resumes at m-1.
+    await new Promise((resolve) => setTimeout(resolve, 60));
+    expect(runtime.holds.isHeld('payments', 0)).toBe(false);
+    busy = false;
+    await runtime.run({ topic: 'payments', partition: 0, messages: batch.slice(1) });
+    expect(calls).toEqual([
+      ['m-0', 'm-1', 'm-2'],
+      ['m-1', 'm-2'],
+    ]);
+    expect(commits).toEqual(['0@1', '0@3']);
+    expect(seen).toEqual(['message_processed:m-0', 'busy:m-1', 'message_processed:m-1', 'message_processed:m-2']);
+    expect(sent).toEqual([]);
+    runtime.close();
   });
 });

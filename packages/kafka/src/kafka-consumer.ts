@@ -38,10 +38,11 @@ function pauseAssigned(consumer: KafkaConsumerLike, runtime: KafkaRuntime): void
 /**
  * A kafkajs consumer group member whose handler effects commit exactly once per message id, with
  * auto-commit off: an offset is committed only after the record's outcome is final (processed,
- * duplicate, rejected, or dead-lettered with an acknowledged dead-letter record). A `retry` holds
- * its partition at the failing record (paused, seeked back, resumed after the backoff) while
- * other partitions keep flowing. Work of a past group generation never commits, and once the group
- * refuses a commit the member stops its fetched records at once and rejoins.
+ * duplicate, rejected, or dead-lettered with an acknowledged dead-letter record). A `retry` (or a
+ * `busy`: another worker holds the message's lease) holds its partition at that record (paused,
+ * seeked back, resumed after `retryAfterMs`) while other partitions keep flowing. Work of a past
+ * group generation never commits, and once the group refuses a commit the member stops its
+ * fetched records at once and rejoins.
  *
  * `status().connected` is true while the kafkajs consumer is connected and in the group;
  * `consuming` while it runs with at least one assigned partition that is not held for a retry.

@@ -18,7 +18,7 @@ export interface KafkaHandlerOptions extends KafkaProcessingOptions {
 
 /** Controls shared by both low-level handlers. */
 export interface KafkaHandlerControls {
-  /** Subscribes to the consumer events (`message_processed`, `duplicate`, `retry`, `dead_letter`, `error`); returns the function that unsubscribes. */
+  /** Subscribes to the consumer events (`message_processed`, `duplicate`, `retry`, `busy`, `dead_letter`, `error`); returns the function that unsubscribes. */
   on: InboxConsumer['on'];
   /**
    * Stops taking records (handlers in flight see their signal fire) and waits up to
@@ -83,8 +83,8 @@ function handlerRuntime(processor: AnyInboxProcessor, options: KafkaHandlerOptio
  * `consumer.run({ autoCommit: false, eachBatchAutoResolve: false, eachBatch })`: records are
  * processed in offset order (one per call of a per-message processor, up to `batchSize` per call
  * of a batch processor), each call settled (dead-letters produced and acknowledged, then the
- * offset committed) before the next; a `retry` pauses the partition, seeks back and resumes after
- * `retryAfterMs`. When the group refuses a commit, the rest of the batch is dropped at once and the
+ * offset committed) before the next; a `retry` or `busy` pauses the partition, seeks back and resumes
+ * after `retryAfterMs`. When the group refuses a commit, the rest of the batch is dropped at once and the
  * refusal thrown, so kafkajs rejoins.
  *
  * @example
@@ -102,8 +102,8 @@ export function createEachBatchHandler(processor: AnyInboxProcessor, options: Ka
 
 /**
  * Turns a processor into an `eachMessage` for your own `consumer.run({ autoCommit: false, eachMessage })`.
- * Each record's offset is committed once its outcome is final; a `retry` pauses the partition,
- * seeks back and resumes after `retryAfterMs`; dead-letters are produced (awaited) before the
+ * Each record's offset is committed once its outcome is final; a `retry` or `busy` pauses the
+ * partition, seeks back and resumes after `retryAfterMs`; dead-letters are produced (awaited) before the
  * commit. A batch processor is called with one message at a time. Prefer
  * {@link createEachBatchHandler}: kafkajs hands `eachMessage` the records of a fetch one by one,
  * so after a refused commit the remaining ones are only dropped by throwing the refusal at kafkajs.

@@ -1,4 +1,4 @@
-import { PermanentError, withInbox, withInboxBatch, type InboxMessage } from '@inboxed/core';
+import { OutcomeReasons, PermanentError, withInbox, withInboxBatch, wrapProcessor, type InboxMessage, type InboxOutcome } from '@inboxed/core';
 import { createOutcomeRecorder } from '@inboxed/core/testing';
 import { waitFor } from '@inboxed/test-support';
 import { describe, expect, it } from 'vitest';
@@ -79,6 +79,49 @@ describe('retry holds and dead-letter topics', () => {
     const r4 = recorder.outcomes.filter((o) => o.messageId === 'r-4').map((o) => o.status);
     expect(r4[0]).toBe('retry');
     expect(r4.at(-1)).toBe('processed');
+  });
+
+  it('busy (another worker holds the lease): the partition waits at the record for retryAfterMs, in order, never committed past nor dead-lettered, then processed', async () => {
+    const ids = ['b-0', 'b-1', 'b-2', 'b-3'];
+    const calls: string[] = [];
+    const busyAt: number[] = [];
+    const committedWhileBusy: number[] = [];
+    const processor = wrapProcessor(
+      withInbox(
+        async (message: InboxMessage, tx: any) => {
+          await tx.insert(k.t.effects).values({ messageId: message.id });
+        },
+        { db: k.t.db, consumer: 'billing', tables: { schema: k.t.schema } },
+      ),
+      async (message, next): Promise<InboxOutcome> => {
+        calls.push(message.id);
+        if (message.id !== 'b-1') return next(message);
+        // Every delivery of b-1 (the two busy ones and the one that finally runs): nothing past it is committed.
+        committedWhileBusy.push((await k.h.committed())[0]!);
+        if (busyAt.length === 2) return next(message);
+        busyAt.push(performance.now());
+        return { status: 'busy', reason: OutcomeReasons.LEASE_HELD, retryAfterMs: 200, messageId: message.id, consumer: 'billing' };
+      },
+    );
+    const consumer = await k.start(processor);
+    const busy: string[] = [];
+    const retries: string[] = [];
+    consumer.on('busy', (outcome) => busy.push(`${outcome.messageId}:${outcome.reason}:${outcome.retryAfterMs}`));
+    consumer.on('retry', (outcome) => retries.push(outcome.messageId));
+    await k.h.produce(ids.map((id) => ({ id, value: { id }, partition: 0 })));
+
+    await waitFor('b-3 applied', async () => (await k.applied()).includes('b-3'), 30_000);
+    expect(await k.applied()).toEqual(ids);
+    // b-1 came back only after retryAfterMs each time, and the records after it waited for it.
+    expect(calls.filter((id) => id === 'b-1')).toHaveLength(3);
+    expect(calls.indexOf('b-2')).toBeGreaterThan(calls.lastIndexOf('b-1'));
+    expect(busyAt[1]! - busyAt[0]!).toBeGreaterThanOrEqual(190);
+    expect(committedWhileBusy).toEqual([1, 1, 1]);
+    expect(busy).toEqual(['b-1:lease-held:200', 'b-1:lease-held:200']);
+    expect(retries).toEqual([]);
+    // In the end the committed offset is the high watermark, and nothing went to the dead-letter topic.
+    await waitFor('offset 4 committed', async () => (await k.h.committed())[0] === 4 && (await k.h.pending()) === 0);
+    expect(await k.h.deadLetterRecords()).toEqual([]);
   });
 
   it('deadLetterTopic: a permanent failure goes, through the idempotent producer, to the topic the function names with the original key, headers and position, and the offset moves past it', async () => {

@@ -28,7 +28,8 @@ export interface KafkaProcessingOptions {
   deadLetterTopic?: DeadLetterTopicOption;
   /**
    * How long a partition is held when no `retryAfterMs` says so: after a dead-letter record or an
-   * offset commit that failed. (A `retry` outcome carries its own `retryAfterMs`, from `withInbox`'s `backoff`.)
+   * offset commit that failed. (A `retry` outcome carries its own `retryAfterMs`, from `withInbox`'s
+   * `backoff`; a `busy` one the time left on the other worker's lease.)
    * @defaultValue `{ baseDelayMs: 1000, maxDelayMs: 30000, jitter: 'full' }`
    */
   retryBackoff?: BackoffOptions;

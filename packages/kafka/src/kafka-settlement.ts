@@ -1,5 +1,5 @@
 import type { InboxOutcome } from '@inboxed/core';
-import { actionFor, type ConsumerEventEmitter } from '@inboxed/core/adapter';
+import { actionFor, type ConsumerEventEmitter, redeliverAfterMs } from '@inboxed/core/adapter';
 import { deadLetterTopicFor, sendDeadLetters, type DeadLetterTopicOption } from './kafka-dead-letter.js';
 import { groupRefusal, KafkaErrorCodes, kafkaError } from './kafka-errors.js';
 import type { GroupMembership } from './kafka-group.js';
@@ -43,10 +43,11 @@ export interface SettlementDeps {
 /**
  * Settles a chunk of one partition's records in offset order: the prefix of final outcomes
  * (`ack`, or `dead-letter` once the dead-letter copy is acknowledged) is committed as one offset;
- * the first `retry` holds the partition at its record. Nothing is dead-lettered or committed for
- * work whose generation is over or whose partition moved to another member; a commit the group
- * refuses fences the member (see {@link GroupMembership.fence}) and is rethrown, so the caller
- * stops at once and kafkajs rejoins.
+ * the first `retry` or `busy` (leased mode: another worker's lease, "not now") holds the partition
+ * at its record until its `retryAfterMs`; neither is ever committed past nor dead-lettered.
+ * Nothing is dead-lettered or committed for work whose generation is over or whose partition
+ * moved to another member; a commit the group refuses fences the member (see
+ * {@link GroupMembership.fence}) and is rethrown, so the caller stops at once and kafkajs rejoins.
  */
 export class Settlement {
   constructor(private readonly deps: SettlementDeps) {}
@@ -81,9 +82,12 @@ export class Settlement {
     if (settled === chunk.length) return true;
     if (!this.current(at)) return false;
     const held = chunk[settled]!;
-    const retry = held.outcome.status === 'retry' ? held.outcome : undefined;
-    deps.holds.hold(at.topic, at.partition, BigInt(held.record.offset), retry?.retryAfterMs);
-    if (retry !== undefined) deps.events.emitOutcome(retry, held.receivedAt);
+    // `retry` and `busy` carry their own delay (`busy`: the other worker's lease); a dead-letter that
+    // failed to send does not, and is held for `retryBackoff`.
+    const redeliverIn = redeliverAfterMs(held.outcome);
+    deps.holds.hold(at.topic, at.partition, BigInt(held.record.offset), redeliverIn);
+    // The `retry` or `busy` event; a held dead-letter already had its `error` event.
+    if (redeliverIn !== undefined) deps.events.emitOutcome(held.outcome, held.receivedAt);
     return false;
   }
 
