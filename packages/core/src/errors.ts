@@ -66,6 +66,21 @@ export const InboxErrorCodes = {
   UNSUPPORTED_DATABASE: 'UNSUPPORTED_DATABASE',
   /** `migrate()` failed; the cause holds the database error. */
   MIGRATION_FAILED: 'MIGRATION_FAILED',
+  /**
+   * Leased mode: another worker holds a live lease on the message (the `busy` outcome). Not counted;
+   * the delivery comes back after the lease's remaining time.
+   */
+  LEASE_HELD: 'LEASE_HELD',
+  /**
+   * Leased mode: this worker's claim was taken over (its lease expired and another worker claimed the
+   * message with a higher fencing token) or released before it completed. Its completion was refused
+   * by the fence, so nothing of it was written; the delivery is retried, not counted.
+   */
+  LEASE_LOST: 'LEASE_LOST',
+  /** A transactional processor found a leased-mode claim on the message, which it cannot take over. */
+  MODE_MISMATCH: 'MODE_MISMATCH',
+  /** `storeResult(value)` got a value with no JSON form, or one larger than 64 KiB as JSON. */
+  INVALID_RESULT: 'INVALID_RESULT',
 } as const;
 
 /** A code from {@link InboxErrorCodes}, or an adapter's own code. */

@@ -18,6 +18,10 @@ export interface ExistingRow {
   fingerprint: string | null;
   status: string;
   reason: string | null;
+  /** The stored result as JSON text, if the handler stored one. */
+  result: string | null;
+  /** For a leased `processing` claim: ms left on its lease by the server's clock (0 once expired); null when it has none. */
+  leaseRemainingMs: number | null;
 }
 
 /** The durable failure count of a message after recording one more failure. */
@@ -30,7 +34,7 @@ export interface AttemptRecord {
 /** @internal One of the store's own statements inside the inbox transaction failed (not the handler). */
 export class InboxStatementError extends Error {
   constructor(
-    readonly statement: 'find' | 'reject',
+    readonly statement: 'find' | 'reject' | 'result' | 'complete',
     readonly original: unknown,
   ) {
     super(`inbox ${statement} statement failed: ${describeError(original)}`, { cause: original });
@@ -84,6 +88,11 @@ export class InboxStore {
     this.inboxNameText = config.schema === undefined ? `"${config.name}"` : `"${config.schema}"."${config.name}"`;
     this.inboxName = sql.raw(this.inboxNameText);
     this.pinned = config.schema !== undefined;
+  }
+
+  /** The inbox table's qualified name (schema-pinned once {@link pinSchema} found it), for the leased-mode statements. */
+  get inboxTable(): SQL {
+    return this.inboxName;
   }
 
   /**
@@ -150,6 +159,7 @@ export class InboxStore {
    * statement has few parameters whatever its size.
    */
   async claim(tx: Executable, rows: readonly ClaimRow[], lockTimeoutMs: number | null): Promise<Set<string>> {
+    if (rows.length === 0) return new Set();
     // The same expression as boundConsumer, with the consumer as a parameter.
     const bound =
       lockTimeoutMs === null
@@ -180,6 +190,8 @@ export class InboxStore {
    * the claimed ids. `quote` must be the driver's own literal escaping.
    */
   claimText(rows: readonly ClaimRow[], quote: Quote, lockTimeoutMs: number | null): string {
+    // Nothing to claim (the leased completion): an empty result in the claim's place after BEGIN.
+    if (rows.length === 0) return 'select null::text as message_id where false';
     const literal = (value: string | null | undefined) => (value === null || value === undefined ? 'NULL' : quote(value));
     // Fingerprints (hex) and timestamps (ISO 8601) are produced here and hold no quote or
     // backslash, so they skip the per-character escaping that ids and sources need.
@@ -260,19 +272,44 @@ export class InboxStore {
 
   /** Reads the committed rows of ids that could not be claimed. */
   async find(tx: Executable, messageIds: readonly string[]): Promise<Map<string, ExistingRow>> {
-    let rows: { message_id: string; fingerprint: string | null; status: string; reason: string | null }[];
+    type Row = { message_id: string; fingerprint: string | null; status: string; reason: string | null; result: string | null; lease_ms: number | null };
+    let rows: Row[];
     try {
       // One index probe per id, whatever the table's statistics say (see verify).
       rows = await rowsOf(
         tx,
-        sql`select i.message_id, i.fingerprint, i.status, i.reason from ${this.ids(messageIds)}
-          cross join lateral (select message_id, fingerprint, status, reason from ${this.inboxName} i
+        sql`select i.message_id, i.fingerprint, i.status, i.reason, i.result,
+            case when i.lease_expires_at is null then null
+                 else greatest(0, ceil(extract(epoch from (i.lease_expires_at - now())) * 1000))::float8 end as lease_ms
+          from ${this.ids(messageIds)}
+          cross join lateral (select message_id, fingerprint, status, reason, result, lease_expires_at from ${this.inboxName} i
                               where i.consumer = ${this.consumer} and i.message_id = m.id limit 1) as i`,
       );
     } catch (error) {
       throw new InboxStatementError('find', error);
     }
-    return new Map(rows.map((r) => [r.message_id, { messageId: r.message_id, fingerprint: r.fingerprint, status: r.status, reason: r.reason }]));
+    return new Map(
+      rows.map((r) => [
+        r.message_id,
+        {
+          messageId: r.message_id,
+          fingerprint: r.fingerprint,
+          status: r.status,
+          reason: r.reason,
+          result: r.result,
+          leaseRemainingMs: r.lease_ms === null ? null : Number(r.lease_ms),
+        },
+      ]),
+    );
+  }
+
+  /** Records the handler's stored result (JSON text) on a claimed row, in the claiming transaction. */
+  async markResult(tx: Executable, messageId: string, json: string): Promise<void> {
+    try {
+      await tx.execute(sql`update ${this.inboxName} set result = ${json} where consumer = ${this.consumer} and message_id = ${messageId}`);
+    } catch (error) {
+      throw new InboxStatementError('result', error);
+    }
   }
 
   /** Turns a claimed row into a business rejection, in the claiming transaction. */

@@ -3,6 +3,9 @@
  * message id, the handler's effect in your PostgreSQL database commits at most once, and every
  * delivery ends as an outcome your broker adapter acts on (ack, retry later, or dead-letter).
  *
+ * Effects outside the database (a payment provider, an email API) use leased mode:
+ * `withInbox(handler, { mode: 'leased' })`.
+ *
  * Broker adapters are built on `@inboxed/core/adapter`; the Drizzle tables alone are
  * `@inboxed/core/schema`; test helpers are `@inboxed/core/testing`.
  *
@@ -10,7 +13,9 @@
  */
 export { withInbox, type InboxHandler, type HandlerResult } from './with-inbox.js';
 export { withInboxBatch, type InboxBatchHandler, type BatchHandlerContext, type BatchRejections } from './with-inbox-batch.js';
-export type { InboxOptions } from './options.js';
+export type { InboxOptions, LeasedInboxOptions } from './options.js';
+export type { LeasedInboxHandler, LeasedHandlerContext } from './leased/with-leased-inbox.js';
+export { storeResult, isStoredResult, MAX_RESULT_BYTES, type StoredResult } from './stored-result.js';
 export { wrapProcessor, type ProcessorMiddleware, type BatchProcessorMiddleware } from './wrap-processor.js';
 export type { StandardSchemaV1 } from './standard-schema.js';
 export type { ValidationIssue } from './prepare.js';

@@ -79,6 +79,28 @@ export interface InboxOptions<TDb extends AnyPgDatabase, TPayload = unknown> {
   handlerTimeoutMs?: number | null;
   /** Isolation level of the inbox transaction. Default: the database default (read committed). */
   isolationLevel?: 'read uncommitted' | 'read committed' | 'repeatable read' | 'serializable';
+  /**
+   * `'transactional'` (the default): the handler runs inside the inbox transaction, for effects in
+   * this database. `'leased'` (see {@link LeasedInboxOptions}): for effects outside it.
+   */
+  mode?: 'transactional';
+}
+
+/**
+ * Options of leased mode, for handlers whose effect is outside the database (a payment provider, an
+ * email API): the claim commits first, with a lease on server time and a fencing token; the handler
+ * runs outside any transaction with an idempotency key for the provider; the completion (and any
+ * local follow-up writes) commits only while the claim is still this worker's.
+ */
+export interface LeasedInboxOptions<TDb extends AnyPgDatabase, TPayload = unknown> extends Omit<InboxOptions<TDb, TPayload>, 'mode'> {
+  mode: 'leased';
+  /**
+   * How long a claim is this worker's without a `renewLease()`, in ms (server time). After it runs
+   * out, another delivery of the message takes the claim over (`takeover: true`, a higher fencing
+   * token) and this worker's completion is refused. Longer than the handler's usual run, shorter
+   * than you are willing to wait after a crash. Default 30000.
+   */
+  leaseMs?: number;
 }
 
 /** @internal options with defaults applied. */
@@ -141,8 +163,12 @@ function resolveBackoff(backoff: unknown): BackoffOptions {
 }
 
 /** @internal validates options once, at construction, so misconfiguration fails fast and loudly. */
-export function resolveOptions<TDb extends AnyPgDatabase, TPayload>(options: InboxOptions<TDb, TPayload>): ResolvedOptions<TDb, TPayload> {
+export function resolveOptions<TDb extends AnyPgDatabase, TPayload>(
+  options: InboxOptions<TDb, TPayload> | LeasedInboxOptions<TDb, TPayload>,
+): ResolvedOptions<TDb, TPayload> {
   if (options === null || typeof options !== 'object') invalid('options are required');
+  const { mode } = options as { mode?: unknown };
+  if (mode !== undefined && mode !== 'transactional' && mode !== 'leased') invalid("options.mode must be 'transactional' or 'leased'");
   const { db, consumer } = options;
   if (db === null || typeof db !== 'object' || typeof (db as { transaction?: unknown }).transaction !== 'function') {
     invalid('options.db must be a Drizzle PostgreSQL database (node-postgres, postgres-js or PGlite)');
@@ -211,4 +237,11 @@ export function resolveOptions<TDb extends AnyPgDatabase, TPayload>(options: Inb
 /** @internal Throws `INVALID_OPTIONS` unless `handler` is a function. */
 export function assertHandler(handler: unknown): void {
   if (typeof handler !== 'function') invalid(`the handler must be a function, got ${handler === null ? 'null' : typeof handler}`);
+}
+
+/** @internal `leaseMs` of leased mode, checked: an integer from 100 ms to 24 h. */
+export function resolveLeaseMs(options: { leaseMs?: unknown }): number {
+  const leaseMs = options.leaseMs ?? 30_000;
+  if (!isInteger(leaseMs, 100, 86_400_000)) invalid('options.leaseMs must be an integer from 100 to 86400000 (milliseconds)');
+  return leaseMs;
 }

@@ -1,3 +1,4 @@
+import { parseStoredResult } from './stored-result.js';
 import { describeError, storableText } from './error-text.js';
 import { InboxError, InboxErrorCodes } from './errors.js';
 import { fingerprintMessage } from './fingerprint.js';
@@ -156,6 +157,10 @@ export interface KnownRow {
   fingerprint: string | null;
   status: string;
   reason: string | null;
+  /** The stored result as JSON text. */
+  result?: string | null;
+  /** A leased claim's remaining lease in ms (0 once expired), null when released; absent for completed rows. */
+  leaseRemainingMs?: number | null;
 }
 
 /** @internal The outcome of an id that was already in the inbox: a duplicate, or a conflict when the payload differs. */
@@ -167,10 +172,15 @@ export function outcomeOfExisting(
 ): InboxOutcome {
   const base = { messageId: message.id, consumer: options.consumer, attempt: message.attempt ?? 1 };
   const mismatch = fingerprint !== null && existing.fingerprint !== null && fingerprint !== existing.fingerprint;
+  // An open leased claim is not a completion: a copy of it is busy (or in the wrong mode), never a
+  // duplicate; another payload under its id is a conflict all the same.
+  if (existing.status === 'processing' && !(mismatch && options.onPayloadMismatch === 'conflict')) return outcomeOfLeasedClaim(options, message, existing);
+  const result = parseStoredResult(existing.result);
   if (!mismatch) {
+    const stored = result === undefined ? base : { ...base, result };
     return existing.status === 'rejected' && existing.reason !== null
-      ? { ...base, status: 'duplicate', reason: existing.reason }
-      : { ...base, status: 'duplicate' };
+      ? { ...stored, status: 'duplicate', reason: existing.reason }
+      : { ...stored, status: 'duplicate' };
   }
   const error = new InboxError(
     InboxErrorCodes.PAYLOAD_MISMATCH,
@@ -178,4 +188,36 @@ export function outcomeOfExisting(
     { messageIds: [message.id], details: { consumer: options.consumer, storedFingerprint: existing.fingerprint, fingerprint } },
   );
   return { ...base, status: options.onPayloadMismatch === 'duplicate' ? 'duplicate' : 'conflict', reason: OutcomeReasons.PAYLOAD_MISMATCH, error };
+}
+
+/**
+ * A transactional processor met a leased-mode claim on the id (the same consumer name used in both
+ * modes). While the lease is live the message is `busy`; a claim with no live owner cannot be taken
+ * over from a transaction that would hold its row lock across the handler, so it is dead-lettered
+ * with `mode-mismatch` rather than retried forever.
+ */
+function outcomeOfLeasedClaim(options: ResolvedOptions<AnyPgDatabase, unknown>, message: InboxMessage, existing: KnownRow): InboxOutcome {
+  const base = { messageId: message.id, consumer: options.consumer, attempt: message.attempt ?? 1 };
+  const remaining = existing.leaseRemainingMs ?? 0;
+  if (remaining > 0) {
+    const error = new InboxError(
+      InboxErrorCodes.LEASE_HELD,
+      `message id ${JSON.stringify(message.id)} is leased by another worker of ${JSON.stringify(options.consumer)}`,
+      {
+        messageIds: [message.id],
+      },
+    );
+    return { ...base, status: 'busy', reason: OutcomeReasons.LEASE_HELD, error, retryAfterMs: boundedBusyDelay(remaining, 60_000) };
+  }
+  const error = new InboxError(
+    InboxErrorCodes.MODE_MISMATCH,
+    `message id ${JSON.stringify(message.id)} has an open leased-mode claim of ${JSON.stringify(options.consumer)}; a transactional processor cannot take it over. Use one mode per consumer name.`,
+    { messageIds: [message.id], details: { consumer: options.consumer } },
+  );
+  return { ...base, status: 'dead-letter', reason: OutcomeReasons.MODE_MISMATCH, error };
+}
+
+/** @internal A `busy` outcome's delay: the lease's remaining time, at least 100 ms, at most `maxMs`. */
+export function boundedBusyDelay(remainingMs: number, maxMs: number): number {
+  return Math.min(Math.max(Math.ceil(remainingMs), 100), Math.max(maxMs, 100));
 }

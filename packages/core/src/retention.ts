@@ -29,7 +29,8 @@ function qualifiedName(table: InboxTables['inbox'] | InboxTables['inboxAttempts'
 
 /**
  * Deletes completed inbox rows (and stale attempt records) older than `olderThanMs`, in bounded
- * batches using the `completed_at` index. Run it on a schedule; returns how many inbox rows went.
+ * batches using the `completed_at` index. A leased claim whose lease is still live is never deleted;
+ * one whose last change is older than `olderThanMs` (released, or abandoned long ago) is. Run it on a schedule; returns how many inbox rows went.
  * Server time decides age, never the consumer's clock.
  */
 export async function purgeInbox(db: AnyPgDatabase, options: PurgeOptions): Promise<{ deleted: number }> {
@@ -48,6 +49,7 @@ export async function purgeInbox(db: AnyPgDatabase, options: PurgeOptions): Prom
       with doomed as (
         select consumer, message_id from ${inbox}
         where completed_at < ${cutoff} and ${scope}
+          and not (status = 'processing' and lease_expires_at > now())
         order by completed_at limit ${batchSize}
         for update skip locked
       )

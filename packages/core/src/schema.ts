@@ -30,14 +30,21 @@ function inboxColumns() {
     messageId: text('message_id').notNull(),
     /** SHA-256 hex of the canonical payload; null when fingerprinting is off. */
     fingerprint: text('fingerprint'),
-    /** `processed` or `rejected`. */
+    /** `processed` or `rejected`; `processing` while a leased-mode claim is open. */
     status: text('status').notNull(),
     /** The business reason of a `rejected` message. */
     reason: text('reason'),
     /** Where the message came from (`amqp:orders`, ...). */
     source: text('source'),
     receivedAt: timestamp('received_at', { withTimezone: true }).notNull().defaultNow(),
+    /** When the row was completed; for a `processing` row, when its claim last changed hands. */
     completedAt: timestamp('completed_at', { withTimezone: true }).notNull().defaultNow(),
+    /** Leased mode: when the open claim's lease ends (server time); null once completed or released. */
+    leaseExpiresAt: timestamp('lease_expires_at', { withTimezone: true }),
+    /** Leased mode: the fencing token of the latest claim, +1 on every later claim. */
+    fencingToken: integer('fencing_token').notNull().default(1),
+    /** The handler's stored result (`storeResult(value)`) as JSON text, replayed on duplicates. */
+    result: text('result'),
   };
 }
 

@@ -13,6 +13,11 @@ export interface TransactionPlan<TDb extends AnyPgDatabase, T> {
   /** `lock_timeout` of the claim only; `null` keeps the session's. */
   lockTimeoutMs: number | null;
   /**
+   * Ids whose rows the completion check must find although this transaction claimed nothing (the
+   * leased completion: the claim committed earlier, the body updates the row under its fence).
+   */
+  verifyIds?: readonly string[];
+  /**
    * Runs after the claim, in the same transaction, with the ids this transaction claimed. It may
    * throw: what the handler throws is the handler's failure. The transaction then checks that every
    * claimed row is still there, in a transaction still open, and commits. `abandon`, when the

@@ -8,6 +8,7 @@ import type { InboxBatchProcessor, InboxMessage, InboxOutcome, InboxProcessor } 
 import { withInbox } from './with-inbox.js';
 import { withInboxBatch } from './with-inbox-batch.js';
 import { wrapProcessor } from './wrap-processor.js';
+import { storeResult } from './stored-result.js';
 
 declare const db: PgliteDatabase;
 interface Order {
@@ -106,3 +107,21 @@ const timed = wrapProcessor(single, async (message, next) => {
 });
 expectTypeOf(timed).toEqualTypeOf<InboxProcessor>();
 expectTypeOf(wrapProcessor(batch, async (messages, next) => next(messages))).toEqualTypeOf<InboxBatchProcessor>();
+
+// Leased mode: the context is the leased one, the payload comes from the schema, results are typed.
+withInbox(
+  async (message, context) => {
+    expectTypeOf(message.payload).toEqualTypeOf<Order>();
+    context.idempotencyKey satisfies string;
+    context.fencingToken satisfies number;
+    context.takeover satisfies boolean;
+    await context.renewLease();
+    context.complete(async (tx) => {
+      await tx.execute('select 1');
+    });
+    return storeResult({ chargeId: 'ch_1' });
+  },
+  { db, consumer: 'billing.charge', mode: 'leased', leaseMs: 10_000, schema: OrderSchema },
+);
+// @ts-expect-error a leased handler gets no transaction: its second argument is the context
+withInbox(async (_message, tx: { insert: unknown }) => {}, { db, consumer: 'c', mode: 'leased' });

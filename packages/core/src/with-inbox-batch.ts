@@ -104,6 +104,12 @@ export function withInboxBatch<TDb extends AnyPgDatabase, TPayload = unknown>(
   options: InboxOptions<TDb, TPayload>,
 ): InboxBatchProcessor {
   assertHandler(handler);
+  if ((options as { mode?: unknown } | null)?.mode === 'leased') {
+    throw new InboxError(
+      InboxErrorCodes.INVALID_OPTIONS,
+      "withInboxBatch has no leased mode: external effects are claimed, leased and completed one message at a time; use withInbox(handler, { mode: 'leased' })",
+    );
+  }
   const resolved = resolveOptions(options);
   const store = new InboxStore(resolved.tables, resolved.consumer);
   const { consumer } = resolved;

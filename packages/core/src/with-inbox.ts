@@ -1,11 +1,13 @@
 import { checkInboxTables } from './check-tables.js';
 import { internalFailure, outcomeOfFailure } from './failure.js';
 import { InboxStatementError, InboxStore } from './inbox-store.js';
-import { assertHandler, resolveOptions, type InboxOptions, type ResolvedOptions } from './options.js';
+import { withLeasedInbox, type LeasedInboxHandler } from './leased/with-leased-inbox.js';
+import { assertHandler, resolveOptions, type InboxOptions, type LeasedInboxOptions, type ResolvedOptions } from './options.js';
 import { isOutcome, outcomeOfExisting, prepareMessage } from './prepare.js';
 import { rejectionReason } from './rejection.js';
 import { runInboxTransaction } from './transaction.js';
 import { runWithDeadline } from './handler-deadline.js';
+import { isStoredResult, parseStoredResult, type StoredResult } from './stored-result.js';
 import {
   isRejection,
   type AnyPgDatabase,
@@ -26,14 +28,15 @@ export type HandlerResult<T> = Promise<void | T> | void | T;
 
 /**
  * Your message handler. Make every database change through `tx`, the Drizzle transaction of your
- * own `db`: it commits together with the inbox row, or not at all. Return nothing for success or
+ * own `db`: it commits together with the inbox row, or not at all. Return nothing for success,
+ * `storeResult(value)` to record a small JSON result that every later duplicate gets back, or
  * `reject(reason)` for a stable business rejection; throw to fail (retried unless permanent).
  */
 export type InboxHandler<TDb extends AnyPgDatabase, TPayload = unknown> = (
   message: InboxMessage<TPayload>,
   tx: TransactionOf<TDb>,
   context: HandlerContext,
-) => HandlerResult<Rejection>;
+) => HandlerResult<Rejection | StoredResult>;
 
 /**
  * Wraps a handler so that, for one consumer and one message id, its database effect commits at
@@ -56,8 +59,40 @@ export type InboxHandler<TDb extends AnyPgDatabase, TPayload = unknown> = (
 export function withInbox<TDb extends AnyPgDatabase, TPayload = unknown>(
   handler: InboxHandler<TDb, NoInfer<TPayload>>,
   options: InboxOptions<TDb, TPayload>,
+): InboxProcessor;
+/**
+ * Leased mode, for a handler whose effect is outside the database (a payment provider, an email
+ * API). The claim commits first, with a lease on server time and a fencing token; the handler runs
+ * outside any transaction and gets `context.idempotencyKey` for the provider, `takeover`,
+ * `renewLease()`, a signal tied to the lease and `complete(tx => ...)` for local follow-up writes;
+ * the completion commits only while the claim is still this worker's. See {@link LeasedInboxOptions}.
+ *
+ * ```ts
+ * const process = withInbox(async (message, { idempotencyKey, takeover, signal }) => {
+ *   const charge = (takeover && (await payments.find(idempotencyKey))) || (await payments.charge(message.payload, { idempotencyKey, signal }));
+ *   return storeResult({ chargeId: charge.id });
+ * }, { db, consumer: 'billing.charge', mode: 'leased', leaseMs: 30_000 });
+ * ```
+ */
+export function withInbox<TDb extends AnyPgDatabase, TPayload = unknown>(
+  handler: LeasedInboxHandler<TDb, NoInfer<TPayload>>,
+  options: LeasedInboxOptions<TDb, TPayload>,
+): InboxProcessor;
+export function withInbox<TDb extends AnyPgDatabase, TPayload = unknown>(
+  handler: InboxHandler<TDb, TPayload> | LeasedInboxHandler<TDb, TPayload>,
+  options: InboxOptions<TDb, TPayload> | LeasedInboxOptions<TDb, TPayload>,
 ): InboxProcessor {
   assertHandler(handler);
+  if ((options as { mode?: unknown } | null)?.mode === 'leased') {
+    return withLeasedInbox(handler as LeasedInboxHandler<TDb, TPayload>, options as LeasedInboxOptions<TDb, TPayload>);
+  }
+  return withTransactionalInbox(handler as InboxHandler<TDb, TPayload>, options as InboxOptions<TDb, TPayload>);
+}
+
+function withTransactionalInbox<TDb extends AnyPgDatabase, TPayload>(
+  handler: InboxHandler<TDb, TPayload>,
+  options: InboxOptions<TDb, TPayload>,
+): InboxProcessor {
   const resolved = resolveOptions(options);
   const general = resolved as unknown as ResolvedOptions<AnyPgDatabase, unknown>;
   const store = new InboxStore(resolved.tables, resolved.consumer);
@@ -89,6 +124,10 @@ export function withInbox<TDb extends AnyPgDatabase, TPayload = unknown>(
           const reason = rejectionReason(returned);
           await store.markRejected(tx, message.id, reason);
           return { status: 'rejected', messageId: message.id, consumer, reason, attempt };
+        }
+        if (isStoredResult(returned)) {
+          await store.markResult(tx, message.id, returned.json);
+          return { status: 'processed', messageId: message.id, consumer, attempt, result: parseStoredResult(returned.json) };
         }
         return { status: 'processed', messageId: message.id, consumer, attempt };
       },

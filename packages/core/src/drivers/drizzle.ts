@@ -53,10 +53,11 @@ export async function drizzleTransaction<TDb extends AnyPgDatabase, T>(
           thrownByBody = { error };
           throw error;
         }
-        if (claimed.size > 0) {
+        const verified = claimed.size > 0 ? [...claimed] : (plan.verifyIds ?? []);
+        if (verified.length > 0) {
           step = 'verify';
           try {
-            await store.verify(tx, [...claimed]);
+            await store.verify(tx, verified);
           } catch (error) {
             throw new StepFailure('verify', error);
           }

@@ -164,7 +164,7 @@ export async function nodePostgresTransaction<TDb extends AnyPgDatabase, T>(
     }
 
     try {
-      const ids = [...claimed];
+      const ids = claimed.size > 0 ? [...claimed] : [...(plan.verifyIds ?? [])];
       const text = ids.length === 0 ? 'commit' : `${store.verifyText(ids, quote)}; commit`;
       const results = resultsOf(await client.query(text));
       // PostgreSQL answers COMMIT in an aborted transaction with the tag ROLLBACK and no error.

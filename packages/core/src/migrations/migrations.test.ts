@@ -2,6 +2,7 @@ import { readFileSync } from 'node:fs';
 import { PGlite } from '@electric-sql/pglite';
 import { generateDrizzleJson, generateMigration } from 'drizzle-kit/api';
 import { pgSchema, text } from 'drizzle-orm/pg-core';
+import { sql } from 'drizzle-orm';
 import { drizzle } from 'drizzle-orm/pglite';
 import { describe, expect, it } from 'vitest';
 import { InboxErrorCodes } from '../errors.js';
@@ -16,16 +17,66 @@ const normalise = (statement: string) =>
     .replace(/;\s*$/, '')
     .trim();
 
+/** The columns, constraints and indexes of a schema's tables, but the migration history table. */
+async function catalogOf(db: ReturnType<typeof drizzle>, schema: string) {
+  const rows = async (query: string) => (await db.execute(sql.raw(query))).rows;
+  const notHistory = `not like '%\\_migrations'`;
+  return {
+    columns: await rows(`select table_name, column_name, data_type, is_nullable, column_default from information_schema.columns
+      where table_schema = '${schema}' and table_name ${notHistory} order by table_name, column_name`),
+    constraints: await rows(`select c.conname, pg_get_constraintdef(c.oid) as definition from pg_constraint c
+      join pg_class t on t.oid = c.conrelid where c.connamespace = '${schema}'::regnamespace and t.relname ${notHistory} order by c.conname`),
+    indexes: await rows(`select indexname, indexdef from pg_indexes where schemaname = '${schema}' and tablename ${notHistory} order by indexname`),
+  };
+}
+
+/** Migration 1 as 0.1 shipped it (drizzle-kit's output for 0.1's createInboxTables()). */
+const RELEASED_V1 = [
+  `CREATE TABLE IF NOT EXISTS "inbox" (
+\t"consumer" text NOT NULL,
+\t"message_id" text NOT NULL,
+\t"fingerprint" text,
+\t"status" text NOT NULL,
+\t"reason" text,
+\t"source" text,
+\t"received_at" timestamp with time zone DEFAULT now() NOT NULL,
+\t"completed_at" timestamp with time zone DEFAULT now() NOT NULL,
+\tCONSTRAINT "inbox_pkey" PRIMARY KEY("consumer","message_id")
+)`,
+  `CREATE TABLE IF NOT EXISTS "inbox_attempts" (
+\t"consumer" text NOT NULL,
+\t"message_id" text NOT NULL,
+\t"attempts" integer NOT NULL,
+\t"first_attempt_at" timestamp with time zone DEFAULT now() NOT NULL,
+\t"last_attempt_at" timestamp with time zone DEFAULT now() NOT NULL,
+\t"last_error" text,
+\t"last_error_code" text,
+\tCONSTRAINT "inbox_attempts_pkey" PRIMARY KEY("consumer","message_id")
+)`,
+  `CREATE INDEX IF NOT EXISTS "inbox_completed_at_idx" ON "inbox" USING btree ("completed_at")`,
+];
+
+const ALL = migrations.map((m) => m.version);
+const LATEST = ALL[ALL.length - 1]!;
+
 describe('migrations', () => {
-  it.each([[{}], [{ schema: 'messaging', table: 'orders_inbox' }]])('match what drizzle-kit generates from createInboxTables(%j)', async (names) => {
-    // Everything createInboxTables returns is exported from the schema file, inboxSchema included.
-    const generated = await generateMigration(generateDrizzleJson({}), generateDrizzleJson({ ...createInboxTables(names) }));
-    const resolved = resolveTableNames(names);
-    // migrate() creates the schema itself (CREATE SCHEMA IF NOT EXISTS, before its lock-protected
-    // history table); drizzle-kit emits it as the first statement, because inboxSchema is exported.
-    const createSchema = resolved.schema === undefined ? [] : [`CREATE SCHEMA "${resolved.schema}"`];
-    const ours = [...createSchema, ...migrations.flatMap((m) => m.statements(resolved))];
-    expect(ours.map(normalise)).toEqual(generated.map(normalise));
+  it.each([[{}], [{ schema: 'messaging', table: 'orders_inbox' }]])(
+    'build the same tables, columns, keys and indexes as what drizzle-kit generates from createInboxTables(%j)',
+    async (names) => {
+      // Everything createInboxTables returns is exported from the schema file, inboxSchema included.
+      const generated = await generateMigration(generateDrizzleJson({}), generateDrizzleJson({ ...createInboxTables(names) }));
+      const byKit = drizzle(new PGlite());
+      for (const statement of generated) await byKit.execute(sql.raw(statement));
+      const byUs = drizzle(new PGlite());
+      await migrate(byUs, names);
+      const schema = resolveTableNames(names).schema ?? 'public';
+      expect(await catalogOf(byUs, schema)).toEqual(await catalogOf(byKit, schema));
+    },
+  );
+
+  it('the first migration is, statement for statement, what drizzle-kit generated for 0.1 (released migrations never change)', async () => {
+    const v1 = migrations[0]!.statements(resolveTableNames({}));
+    expect(v1.map(normalise)).toEqual(RELEASED_V1.map(normalise));
   });
 
   it('createInboxTables() returns the PgSchema drizzle-kit needs to emit CREATE SCHEMA, only for a named schema', () => {
@@ -55,9 +106,9 @@ describe('migrations', () => {
   it('migrate() is idempotent, records the version and is safe to run concurrently', async () => {
     const db = drizzle(new PGlite());
     const results = await Promise.all([migrate(db, { schema: 'one' }), migrate(db, { schema: 'one' })]);
-    expect(results.map((r) => r.applied).sort()).toEqual([[], [1]]);
-    expect(await migrate(db, { schema: 'one' })).toEqual({ applied: [], version: 1 });
-    await expect(migrate(db)).resolves.toEqual({ applied: [1], version: 1 });
+    expect(results.map((r) => r.applied).sort()).toEqual([[], ALL]);
+    expect(await migrate(db, { schema: 'one' })).toEqual({ applied: [], version: LATEST });
+    await expect(migrate(db)).resolves.toEqual({ applied: ALL, version: LATEST });
   });
 
   it.each(['in box', 'inbox;drop table x', '1inbox', '', 'a'.repeat(64), 'x"y'])('rejects the identifier %j', async (bad) => {

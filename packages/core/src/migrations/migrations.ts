@@ -54,6 +54,20 @@ export const migrations: readonly Migration[] = [
       ];
     },
   },
+  {
+    // Leased mode and stored results. Adding columns with a constant default rewrites nothing
+    // (PostgreSQL 11+), so this is quick on a large inbox; existing rows are completed rows.
+    version: 2,
+    name: 'leases_and_results',
+    statements: (names) => {
+      const inbox = qualified(names, names.table);
+      return [
+        `ALTER TABLE ${inbox} ADD COLUMN IF NOT EXISTS "lease_expires_at" timestamp with time zone`,
+        `ALTER TABLE ${inbox} ADD COLUMN IF NOT EXISTS "fencing_token" integer DEFAULT 1 NOT NULL`,
+        `ALTER TABLE ${inbox} ADD COLUMN IF NOT EXISTS "result" text`,
+      ];
+    },
+  },
 ];
 
 /** Renders a migration as one SQL file, statements separated the way drizzle-kit separates them. */

@@ -1,0 +1,148 @@
+import { sql, type SQL } from 'drizzle-orm';
+import type { ClaimRow, InboxStore } from '../inbox-store.js';
+import type { AnyPgDatabase } from '../types.js';
+
+type Executable = Pick<AnyPgDatabase, 'execute'>;
+
+async function rowsOf<T>(db: Executable, query: SQL): Promise<T[]> {
+  const result = (await db.execute(query)) as unknown;
+  return (Array.isArray(result) ? result : (result as { rows: T[] }).rows) as T[];
+}
+
+/** What the leased claim found, as one row of its statement. */
+interface ClaimRowResult {
+  /** The token of the claim this statement made; null when it made none. */
+  token: number | null;
+  /** The row as it was before the statement (null: there was none). */
+  prior_status: string | null;
+  prior_fingerprint: string | null;
+  prior_reason: string | null;
+  prior_result: string | null;
+  /** ms left on the prior lease by the server's clock (0 when expired), null when the prior row had none. */
+  prior_lease_ms: number | null;
+}
+
+/** The answer of {@link LeaseStore.claim}. */
+export type LeaseClaim =
+  /** This worker holds the message now, under `token`; `takeover` when an expired lease was taken. */
+  | { kind: 'claimed'; token: number; takeover: boolean }
+  /** The message is completed (or known with another payload): decide as for any existing row. */
+  | { kind: 'existing'; status: string; fingerprint: string | null; reason: string | null; result: string | null }
+  /** Another worker holds a live lease, or won a claim race this very moment. */
+  | { kind: 'busy'; remainingMs: number };
+
+/**
+ * @internal The statements of leased mode. Each is one autocommit statement (its own short
+ * transaction), so a claim is committed before the handler runs and no row lock is held across the
+ * handler's external call. Lease times are the server's (`now()`), never the consumer's clock.
+ * A claim is a `processing` row: `lease_expires_at` set while it is owned, null once released.
+ * Every write after the claim is fenced by `fencing_token`: a worker whose claim was taken over (a
+ * higher token) can neither renew, release nor complete it.
+ */
+export class LeaseStore {
+  constructor(
+    private readonly store: InboxStore,
+    private readonly consumer: string,
+  ) {}
+
+  /**
+   * Claims a message in one statement: inserts a `processing` row with token 1, or takes over a
+   * `processing` row whose lease expired or was released (token + 1). A completed row, a live lease
+   * or (with `strictFingerprint`) another payload leave the row alone; the statement then reports
+   * the row as it found it. `ON CONFLICT DO UPDATE ... WHERE` re-checks the condition on the latest
+   * row version after waiting for a concurrent claimer, so two workers can never both take it.
+   */
+  async claim(db: Executable, row: ClaimRow, leaseMs: number, strictFingerprint: boolean): Promise<LeaseClaim> {
+    const inbox = this.store.inboxTable;
+    const lease = sql`now() + make_interval(secs => ${leaseMs}::float8 / 1000)`;
+    const [found] = await rowsOf<ClaimRowResult>(
+      db,
+      sql`with prior as (
+          select status, fingerprint, reason, result,
+                 case when lease_expires_at is null then null
+                      else greatest(0, ceil(extract(epoch from (lease_expires_at - now())) * 1000))::float8 end as lease_ms
+          from ${inbox} where consumer = ${this.consumer} and message_id = ${row.messageId}
+        ), claim as (
+          insert into ${inbox} as i (consumer, message_id, fingerprint, status, source, received_at, lease_expires_at, fencing_token, completed_at)
+          values (${this.consumer}, ${row.messageId}, ${row.fingerprint}, 'processing', ${row.source ?? null},
+                  coalesce(${row.receivedAt?.toISOString() ?? null}::timestamptz, now()), ${lease}, 1, now())
+          on conflict (consumer, message_id) do update
+            set fencing_token = i.fencing_token + 1, lease_expires_at = excluded.lease_expires_at, completed_at = now()
+            where i.status = 'processing' and (i.lease_expires_at is null or i.lease_expires_at <= now())
+              and (not ${strictFingerprint}::boolean or i.fingerprint is null or excluded.fingerprint is null or i.fingerprint = excluded.fingerprint)
+          returning fencing_token
+        )
+        select (select fencing_token from claim) as token, p.status as prior_status, p.fingerprint as prior_fingerprint,
+               p.reason as prior_reason, p.result as prior_result, p.lease_ms as prior_lease_ms
+        from (select 1) as one left join prior p on true`,
+    );
+    if (found === undefined) throw new Error('the leased claim returned no row');
+    if (found.token !== null) {
+      // A takeover is a claim of a row whose lease ran out; a released row (null lease) was given
+      // back by a worker that knew how its attempt ended.
+      return { kind: 'claimed', token: Number(found.token), takeover: found.prior_status === 'processing' && found.prior_lease_ms !== null };
+    }
+    if (found.prior_status !== null && found.prior_status !== 'processing') {
+      return { kind: 'existing', status: found.prior_status, fingerprint: found.prior_fingerprint, reason: found.prior_reason, result: found.prior_result };
+    }
+    if (found.prior_status === 'processing' && strictFingerprint && isMismatch(found.prior_fingerprint, row.fingerprint)) {
+      return { kind: 'existing', status: 'processing', fingerprint: found.prior_fingerprint, reason: null, result: null };
+    }
+    // A live lease, or a concurrent claimer that got there between this statement's snapshot and its
+    // insert (the snapshot then shows no row, or an expired one): either way, someone owns it now.
+    const remaining = found.prior_lease_ms === null ? 0 : Number(found.prior_lease_ms);
+    return { kind: 'busy', remainingMs: remaining };
+  }
+
+  /** Extends a claim's lease to `now() + leaseMs`. False when the claim is no longer this token's. */
+  async renew(db: Executable, messageId: string, token: number, leaseMs: number): Promise<boolean> {
+    const rows = await rowsOf<unknown>(
+      db,
+      sql`update ${this.store.inboxTable} set lease_expires_at = now() + make_interval(secs => ${leaseMs}::float8 / 1000)
+        where consumer = ${this.consumer} and message_id = ${messageId} and fencing_token = ${token}
+          and status = 'processing' and lease_expires_at is not null
+        returning 1`,
+    );
+    return rows.length === 1;
+  }
+
+  /**
+   * Gives a claim back after a failed attempt, so the next delivery claims it at once (with a higher
+   * token) instead of waiting out the lease. False when the claim was no longer this token's.
+   */
+  async release(db: Executable, messageId: string, token: number): Promise<boolean> {
+    const rows = await rowsOf<unknown>(
+      db,
+      sql`update ${this.store.inboxTable} set lease_expires_at = null, completed_at = now()
+        where consumer = ${this.consumer} and message_id = ${messageId} and fencing_token = ${token} and status = 'processing'
+        returning 1`,
+    );
+    return rows.length === 1;
+  }
+
+  /**
+   * Completes a claim inside the completion transaction: `processed` (with the stored result) or
+   * `rejected` (with its reason), only while the row is still this token's open claim. False when the
+   * fence refused it: the claim was taken over (or released), and nothing may be written.
+   */
+  async complete(
+    tx: Executable,
+    messageId: string,
+    token: number,
+    completion: { status: 'processed' | 'rejected'; reason: string | null; result: string | null },
+  ): Promise<boolean> {
+    const rows = await rowsOf<unknown>(
+      tx,
+      sql`update ${this.store.inboxTable}
+        set status = ${completion.status}, reason = ${completion.reason}, result = ${completion.result},
+            lease_expires_at = null, completed_at = clock_timestamp()
+        where consumer = ${this.consumer} and message_id = ${messageId} and fencing_token = ${token} and status = 'processing'
+        returning 1`,
+    );
+    return rows.length === 1;
+  }
+}
+
+function isMismatch(stored: string | null, incoming: string | null): boolean {
+  return stored !== null && incoming !== null && stored !== incoming;
+}

@@ -1,0 +1,305 @@
+import { DRIVERS, type TestDatabase } from '@inboxed/test-support';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
+import { useMigratedDatabase } from '../__tests__/migrated-database.js';
+import { InboxErrorCodes } from '../errors.js';
+import { storeResult } from '../stored-result.js';
+import { PermanentError } from '../errors.js';
+import { reject, type InboxMessage, type InboxOutcome } from '../types.js';
+import { withInbox } from '../with-inbox.js';
+import { withInboxBatch } from '../with-inbox-batch.js';
+import type { LeasedHandlerContext } from './with-leased-inbox.js';
+
+const UUID_V8 = /^[0-9a-f]{8}-[0-9a-f]{4}-8[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/;
+
+/** A promise with its resolve function, to hold a handler at a point the test chooses. */
+function gate() {
+  let open!: () => void;
+  const opened = new Promise<void>((resolve) => (open = resolve));
+  return { open, opened };
+}
+
+describe.each(DRIVERS)('leased mode on %s', (driver) => {
+  const database = useMigratedDatabase(driver, { poolSize: 6 });
+  let t: TestDatabase;
+  beforeEach(() => {
+    t = database.t;
+  });
+  const leased = (extra: Record<string, unknown> = {}) => ({ ...database.options(extra), mode: 'leased' as const });
+  const row = async (id: string) =>
+    (
+      await t.query<{ status: string; fencing_token: number; leased: boolean; result: string | null; reason: string | null }>(
+        `select status, fencing_token, lease_expires_at is not null as leased, result, reason from "${t.schema}".inbox where message_id = '${id}'`,
+      )
+    )[0];
+  const attempts = async (id: string) =>
+    (
+      await t.query<{ attempts: number; last_error_code: string }>(
+        `select attempts, last_error_code from "${t.schema}".inbox_attempts where message_id = '${id}'`,
+      )
+    )[0];
+
+  it('claims, runs the handler outside a transaction, completes with the stored result; a redelivery is a duplicate carrying it', async () => {
+    const contexts: LeasedHandlerContext[] = [];
+    const process = withInbox(async (message: InboxMessage, context) => {
+      contexts.push(context);
+      // A claim is committed before the handler runs: another connection sees it.
+      expect(await row(message.id)).toMatchObject({ status: 'processing', fencing_token: 1, leased: true });
+      context.complete(async (tx: any) => {
+        await tx.insert(t.effects).values({ messageId: message.id });
+      });
+      return storeResult({ chargeId: 'ch_1', amount: 42 });
+    }, leased());
+    const first = await process({ id: 'm1', payload: { amount: 42 } });
+    expect(first).toMatchObject({ status: 'processed', fencingToken: 1, takeover: false, result: { chargeId: 'ch_1', amount: 42 } });
+    expect(contexts[0]).toMatchObject({ consumer: 'c', attempt: 1, fencingToken: 1, takeover: false });
+    expect(contexts[0]!.idempotencyKey).toMatch(UUID_V8);
+    expect(await row('m1')).toMatchObject({ status: 'processed', fencing_token: 1, leased: false });
+    expect(await t.countEffects('m1')).toBe(1);
+
+    const again = await process({ id: 'm1', payload: { amount: 42 } });
+    expect(again).toMatchObject({ status: 'duplicate', result: { chargeId: 'ch_1', amount: 42 } });
+    expect(contexts).toHaveLength(1);
+    expect(await t.countEffects('m1')).toBe(1);
+  });
+
+  it('a live lease makes another copy busy, with the time left on it; once completed, the copy is a duplicate', async () => {
+    const hold = gate();
+    const entered = gate();
+    let runs = 0;
+    const process = withInbox(
+      async () => {
+        runs++;
+        entered.open();
+        await hold.opened;
+      },
+      leased({ leaseMs: 5_000 }),
+    );
+    const first = process({ id: 'm2', payload: {} });
+    await entered.opened;
+    const copy = await process({ id: 'm2', payload: {} });
+    expect(copy).toMatchObject({ status: 'busy', reason: 'lease-held' });
+    expect(copy.status === 'busy' && copy.retryAfterMs).toBeGreaterThan(3_000);
+    expect(copy.status === 'busy' && copy.retryAfterMs).toBeLessThanOrEqual(5_000);
+    expect(copy.error?.code).toBe(InboxErrorCodes.LEASE_HELD);
+    hold.open();
+    expect(await first).toMatchObject({ status: 'processed' });
+    expect(await process({ id: 'm2', payload: {} })).toMatchObject({ status: 'duplicate' });
+    expect(runs).toBe(1);
+    expect(await attempts('m2')).toBeUndefined(); // busy never counts
+  });
+
+  it('lease expiry during a slow handler: a second worker takes over with a higher token; the first one is fenced off, the stored result is the second one', async () => {
+    const slowEntered = gate();
+    const finishSlow = gate();
+    const seen: { token: number; takeover: boolean; key: string; aborted: () => boolean }[] = [];
+    const handler = async (message: InboxMessage<{ who: string }>, context: LeasedHandlerContext) => {
+      seen.push({ token: context.fencingToken, takeover: context.takeover, key: context.idempotencyKey, aborted: () => context.signal.aborted });
+      context.complete(async (tx: any) => {
+        await tx.insert(t.effects).values({ messageId: message.id, value: { by: message.payload.who } });
+      });
+      if (message.payload.who === 'slow') {
+        slowEntered.open();
+        await finishSlow.opened; // ignores its signal: keeps going past the lease
+      }
+      return storeResult({ by: message.payload.who });
+    };
+    // Two processors: two workers (the same consumer), as two processes would have.
+    const slowWorker = withInbox<any, { who: string }>(handler, leased({ leaseMs: 300, fingerprint: false }));
+    const fastWorker = withInbox<any, { who: string }>(handler, leased({ leaseMs: 300, fingerprint: false }));
+    const slow = slowWorker({ id: 'm3', payload: { who: 'slow' } });
+    await slowEntered.opened;
+    await sleep(450); // the lease (300 ms, server time) runs out
+    expect(seen[0]!.aborted()).toBe(true); // the slow handler was told
+
+    const takeover = await fastWorker({ id: 'm3', payload: { who: 'fast' } });
+    expect(takeover).toMatchObject({ status: 'processed', fencingToken: 2, takeover: true, result: { by: 'fast' } });
+    expect(seen[1]).toMatchObject({ token: 2, takeover: true, key: seen[0]!.key });
+
+    finishSlow.open();
+    const late = await slow;
+    expect(late).toMatchObject({ status: 'retry', fencingToken: 1 });
+    expect(late.error?.code).toBe(InboxErrorCodes.LEASE_LOST);
+    // The fence kept the second worker's completion, result and local writes; none of the first's.
+    expect(await row('m3')).toMatchObject({ status: 'processed', fencing_token: 2, result: '{"by":"fast"}' });
+    expect(await t.query(`select value from "${t.schema}".effects where message_id = 'm3'`)).toEqual([{ value: { by: 'fast' } }]);
+    expect(await slowWorker({ id: 'm3', payload: { who: 'slow' } })).toMatchObject({ status: 'duplicate', result: { by: 'fast' } });
+  });
+
+  it('renewLease() keeps a long handler past leaseMs: copies meanwhile are busy, and it completes', async () => {
+    const entered = gate();
+    const process = withInbox(
+      async (_m: InboxMessage, context) => {
+        entered.open();
+        for (let i = 0; i < 6; i++) {
+          await sleep(100);
+          await context.renewLease();
+        }
+        expect(context.signal.aborted).toBe(false);
+      },
+      leased({ leaseMs: 250 }),
+    );
+    const long = process({ id: 'm4', payload: {} });
+    await entered.opened;
+    await sleep(400); // past the first lease: only renewals keep it
+    expect(await process({ id: 'm4', payload: {} })).toMatchObject({ status: 'busy' });
+    expect(await long).toMatchObject({ status: 'processed', fencingToken: 1 });
+  });
+
+  it('the signal fires on lease loss; the attempt is counted (LEASE_LOST) and released, so the next delivery claims at once without takeover', async () => {
+    let reason: unknown;
+    const tokens: number[] = [];
+    let fail = true;
+    const process = withInbox(
+      async (_m: InboxMessage, context) => {
+        tokens.push(context.fencingToken);
+        if (!fail) return;
+        await new Promise<void>((resolve) => context.signal.addEventListener('abort', () => resolve(), { once: true }));
+        reason = context.signal.reason;
+        await expect(context.renewLease()).rejects.toMatchObject({ code: InboxErrorCodes.LEASE_LOST });
+        throw context.signal.reason;
+      },
+      leased({ leaseMs: 150 }),
+    );
+    const lost = await process({ id: 'm5', payload: {} });
+    expect(reason).toMatchObject({ code: InboxErrorCodes.LEASE_LOST });
+    expect(lost).toMatchObject({ status: 'retry', reason: 'handler-failed', attempt: 1 });
+    expect(lost.error?.code).toBe(InboxErrorCodes.LEASE_LOST);
+    expect(await attempts('m5')).toMatchObject({ attempts: 1, last_error_code: InboxErrorCodes.LEASE_LOST });
+    expect(await row('m5')).toMatchObject({ status: 'processing', leased: false, fencing_token: 1 });
+    fail = false;
+    expect(await process({ id: 'm5', payload: {} })).toMatchObject({ status: 'processed', fencingToken: 2, takeover: false });
+    expect(tokens).toEqual([1, 2]);
+  });
+
+  it('failures count as in transactional mode: retry, then dead-letter at maxAttempts; the idempotency key stays the same across attempts and processors', async () => {
+    const keys: string[] = [];
+    const handler = async (_m: InboxMessage, context: LeasedHandlerContext) => {
+      keys.push(context.idempotencyKey);
+      throw new Error('provider said 503');
+    };
+    const outcomes: InboxOutcome[] = [];
+    for (let i = 0; i < 3; i++) outcomes.push(await withInbox(handler, leased({ maxAttempts: 3 }))({ id: 'm6', payload: {} }));
+    expect(outcomes.map((o) => o.status)).toEqual(['retry', 'retry', 'dead-letter']);
+    expect(outcomes[2]).toMatchObject({ reason: 'max-attempts-exceeded', attempt: 3, fencingToken: 3 });
+    expect(new Set(keys).size).toBe(1);
+    expect(keys[0]).toMatch(UUID_V8);
+    expect(await withInbox(handler, leased())({ id: 'other', payload: {} }).then(() => keys.at(-1))).not.toBe(keys[0]);
+
+    const permanent = await withInbox(async () => {
+      throw new PermanentError('card declined for good');
+    }, leased())({ id: 'm7', payload: {} });
+    expect(permanent).toMatchObject({ status: 'dead-letter', reason: 'permanent-failure' });
+    expect(await row('m7')).toMatchObject({ status: 'processing', leased: false }); // released: a replay claims it again
+  });
+
+  it('reject() is recorded fenced; the payload fingerprint decides conflicts as in transactional mode, also against an open claim', async () => {
+    const hold = gate();
+    const entered = gate();
+    const process = withInbox<any, { n: number }>(async (message) => {
+      if (message.id === 'held') {
+        entered.open();
+        await hold.opened;
+      }
+      return message.payload.n < 0 ? reject('negative amount') : undefined;
+    }, leased());
+    expect(await process({ id: 'r1', payload: { n: -1 } })).toMatchObject({ status: 'rejected', reason: 'negative amount' });
+    expect(await process({ id: 'r1', payload: { n: -1 } })).toMatchObject({ status: 'duplicate', reason: 'negative amount' });
+    expect(await process({ id: 'r1', payload: { n: 2 } })).toMatchObject({ status: 'conflict', reason: 'payload-mismatch' });
+
+    const open = process({ id: 'held', payload: { n: 1 } });
+    await entered.opened;
+    expect(await process({ id: 'held', payload: { n: 9 } })).toMatchObject({ status: 'conflict', reason: 'payload-mismatch' });
+    hold.open();
+    expect(await open).toMatchObject({ status: 'processed' });
+  });
+
+  it('a completion whose local writes swallow a failed statement commits nothing: a counted TRANSACTION_ABORTED, the claim released', async () => {
+    const process = withInbox(async (message: InboxMessage, context) => {
+      context.complete(async (tx: any) => {
+        await tx.insert(t.effects).values({ messageId: message.id });
+        await tx.execute('select 1/0').catch(() => {});
+      });
+    }, leased());
+    const outcome = await process({ id: 'm8', payload: {} });
+    expect(outcome).toMatchObject({ status: 'retry', reason: 'handler-failed' });
+    expect(outcome.error?.code).toBe(InboxErrorCodes.TRANSACTION_ABORTED);
+    expect(await t.countEffects('m8')).toBe(0);
+    expect(await row('m8')).toMatchObject({ status: 'processing', leased: false });
+  });
+
+  it('a transactional processor meeting a leased claim: busy while it is live, dead-lettered (mode-mismatch) once released', async () => {
+    const hold = gate();
+    const entered = gate();
+    const leasedProcess = withInbox(
+      async (_m: InboxMessage) => {
+        entered.open();
+        await hold.opened;
+        throw new Error('fails once');
+      },
+      leased({ leaseMs: 5_000 }),
+    );
+    const transactional = withInbox(async () => {}, database.options());
+    const running = leasedProcess({ id: 'm9', payload: {} });
+    await entered.opened;
+    expect(await transactional({ id: 'm9', payload: {} })).toMatchObject({ status: 'busy', reason: 'lease-held' });
+    hold.open();
+    expect(await running).toMatchObject({ status: 'retry' });
+    expect(await transactional({ id: 'm9', payload: {} })).toMatchObject({ status: 'dead-letter', reason: 'mode-mismatch' });
+  });
+
+  it('transactional mode stores a result too, replayed on duplicates; a value with no JSON form is a counted INVALID_RESULT', async () => {
+    const process = withInbox(async (message: InboxMessage, tx: any) => {
+      await tx.insert(t.effects).values({ messageId: message.id });
+      return storeResult({ orderNo: 7, note: 'nul \u0000 and lone \ud800 survive' });
+    }, database.options());
+    expect(await process({ id: 't1', payload: {} })).toMatchObject({ status: 'processed', result: { orderNo: 7 } });
+    expect(await process({ id: 't1', payload: {} })).toMatchObject({ status: 'duplicate', result: { orderNo: 7, note: 'nul \u0000 and lone \ud800 survive' } });
+    const bad = await withInbox(async () => storeResult({ big: 1n }), database.options())({ id: 't2', payload: {} });
+    expect(bad).toMatchObject({ status: 'retry', reason: 'handler-failed' });
+    expect(bad.error?.code).toBe(InboxErrorCodes.INVALID_RESULT);
+    expect(() => storeResult('x'.repeat(70_000))).toThrowError(expect.objectContaining({ code: InboxErrorCodes.INVALID_RESULT }));
+  });
+
+  it('refuses what leased mode cannot do: a batch processor, a leaseMs out of range', () => {
+    expect(() => withInboxBatch(async () => {}, { ...leased() } as never)).toThrowError(expect.objectContaining({ code: InboxErrorCodes.INVALID_OPTIONS }));
+    for (const leaseMs of [0, 99, 1.5, 86_400_001, Number.NaN]) {
+      expect(() => withInbox(async () => {}, leased({ leaseMs }))).toThrowError(expect.objectContaining({ code: InboxErrorCodes.INVALID_OPTIONS }));
+    }
+    expect(() => withInbox(async () => {}, { ...database.options(), mode: 'optimistic' } as never)).toThrowError(
+      expect.objectContaining({ code: InboxErrorCodes.INVALID_OPTIONS }),
+    );
+  });
+
+  describe('with a consumer clock hours off', () => {
+    beforeEach(() => {
+      vi.useFakeTimers({ toFake: ['Date'] });
+      vi.setSystemTime(Date.now() - 6 * 3_600_000);
+    });
+    afterEach(() => {
+      vi.useRealTimers();
+    });
+
+    it('lease expiry is the server time: the lease is leaseMs long, a copy is busy, and it expires on time', async () => {
+      const entered = gate();
+      const hold = gate();
+      const process = withInbox(
+        async () => {
+          entered.open();
+          await hold.opened;
+        },
+        leased({ leaseMs: 2_000 }),
+      );
+      const running = process({ id: 'skew', payload: {} });
+      await entered.opened;
+      const [lease] = await t.query<{ ms: number }>(
+        `select extract(epoch from (lease_expires_at - now())) * 1000 as ms from "${t.schema}".inbox where message_id = 'skew'`,
+      );
+      expect(Number(lease!.ms)).toBeGreaterThan(1_000);
+      expect(Number(lease!.ms)).toBeLessThanOrEqual(2_000);
+      expect(await process({ id: 'skew', payload: {} })).toMatchObject({ status: 'busy' });
+      hold.open();
+      expect(await running).toMatchObject({ status: 'processed' });
+    });
+  });
+});

@@ -1,0 +1,237 @@
+import { checkInboxTables } from '../check-tables.js';
+import { InboxError, InboxErrorCodes } from '../errors.js';
+import { internalFailure, outcomeOfFailure } from '../failure.js';
+import { runWithDeadline } from '../handler-deadline.js';
+import { InboxStatementError, InboxStore } from '../inbox-store.js';
+import { resolveLeaseMs, resolveOptions, type LeasedInboxOptions, type ResolvedOptions } from '../options.js';
+import { boundedBusyDelay, isOutcome, outcomeOfExisting, prepareMessage } from '../prepare.js';
+import { rejectionReason } from '../rejection.js';
+import { isStoredResult, parseStoredResult, type StoredResult } from '../stored-result.js';
+import { bodyFailure, claimFailure, type TransactionFailure } from '../transaction-failures.js';
+import { runInboxTransaction } from '../transaction.js';
+import {
+  isRejection,
+  OutcomeReasons,
+  type AnyPgDatabase,
+  type HandlerContext,
+  type InboxMessage,
+  type InboxOutcome,
+  type InboxProcessor,
+  type ProcessOptions,
+  type Rejection,
+  type TransactionOf,
+} from '../types.js';
+import type { HandlerResult } from '../with-inbox.js';
+import { idempotencyKeyFor } from './idempotency-key.js';
+import { Lease, leaseLostError } from './lease.js';
+import { LeaseStore } from './lease-store.js';
+
+/** What a leased handler is handed next to the message. */
+export interface LeasedHandlerContext<TDb extends AnyPgDatabase = AnyPgDatabase> extends HandlerContext {
+  /**
+   * Pass it to the provider as its idempotency key (`Idempotency-Key` header, `idempotency_key`
+   * field): the same for this consumer and message id on every attempt, takeover and process, so a
+   * provider that honours it performs the effect once even if this handler runs twice.
+   */
+  idempotencyKey: string;
+  /** This claim's fencing token: 1 on the first claim, higher on every later one (after a failure or takeover). */
+  fencingToken: number;
+  /**
+   * True when an earlier attempt's lease ran out without completing (a crash, a hang): it may or may
+   * not have reached the provider. Ask the provider what happened (look the idempotency key up)
+   * before acting again.
+   */
+  takeover: boolean;
+  /**
+   * Fires when the handler should stop: the lease is lost (it ran out, or another worker took the
+   * claim over), `handlerTimeoutMs` passed, or the consumer is stopping. After a lost lease the
+   * completion will be refused, so stop before starting another external call.
+   */
+  signal: AbortSignal;
+  /** Extends the lease by `leaseMs` from now (server time), for long work. Rejects with `LEASE_LOST` once it is lost. */
+  renewLease(): Promise<void>;
+  /**
+   * Adds local writes to the completion: after the handler returns, `work(tx)` runs in the one
+   * transaction that records the completion, fenced by the token, so they commit exactly when the
+   * message is recorded as completed by this claim, or not at all. Call it during the handler.
+   */
+  complete(work: (tx: TransactionOf<TDb>) => Promise<unknown> | unknown): void;
+}
+
+/**
+ * A leased-mode handler: it runs outside any database transaction (do the external call here, with
+ * `context.idempotencyKey`), then returns nothing, `storeResult(value)` or `reject(reason)`. Throw to
+ * fail: retried (counted) or dead-lettered, as in transactional mode.
+ */
+export type LeasedInboxHandler<TDb extends AnyPgDatabase, TPayload = unknown> = (
+  message: InboxMessage<TPayload>,
+  context: LeasedHandlerContext<TDb>,
+) => HandlerResult<Rejection | StoredResult>;
+
+/** Thrown inside the completion transaction when the fence refuses this token's completion. */
+class FencedOff extends Error {}
+
+/**
+ * @internal `withInbox(handler, { mode: 'leased' })`. Per delivery:
+ * 1. claim: one committed statement makes this worker the owner (token, lease on server time), or
+ *    answers `duplicate`/`conflict` (completed), or `busy` (someone else's live lease);
+ * 2. the handler runs outside any transaction, its signal tied to the lease;
+ * 3. completion: one transaction writes `processed`/`rejected` (and the stored result) only while the
+ *    row is still this token's open claim, plus the handler's `complete(tx => ...)` writes; a refused
+ *    fence is `retry` with `lease-lost`, not counted, and nothing of it is written;
+ * 4. failure: counted in the attempts ledger as in transactional mode, and the claim released so
+ *    the next delivery takes it at once (a higher token, `takeover: false`).
+ */
+export function withLeasedInbox<TDb extends AnyPgDatabase, TPayload>(
+  handler: LeasedInboxHandler<TDb, TPayload>,
+  options: LeasedInboxOptions<TDb, TPayload>,
+): InboxProcessor {
+  const resolved = resolveOptions(options);
+  const leaseMs = resolveLeaseMs(options);
+  const general = resolved as unknown as ResolvedOptions<AnyPgDatabase, unknown>;
+  const store = new InboxStore(resolved.tables, resolved.consumer);
+  const leases = new LeaseStore(store, resolved.consumer);
+  const { consumer, db } = resolved;
+  const strictFingerprint = resolved.onPayloadMismatch === 'conflict';
+
+  async function process(delivery: InboxMessage, processOptions: ProcessOptions | undefined): Promise<InboxOutcome> {
+    const prepared = await prepareMessage(resolved, delivery);
+    if (isOutcome(prepared)) return prepared;
+    const { message, fingerprint } = prepared;
+    const attempt = message.attempt ?? 1;
+    await store.pinSchema(db);
+
+    const claimSentAt = performance.now();
+    let claim: Awaited<ReturnType<LeaseStore['claim']>>;
+    try {
+      claim = await leases.claim(
+        db,
+        { messageId: message.id, fingerprint, source: message.source, receivedAt: message.receivedAt },
+        leaseMs,
+        strictFingerprint,
+      );
+    } catch (error) {
+      return outcomeOfFailure(general, store, message, claimFailure(error));
+    }
+    if (claim.kind === 'existing') return outcomeOfExisting(general, message, fingerprint, { ...claim, leaseRemainingMs: null });
+    if (claim.kind === 'busy') {
+      const error = new InboxError(InboxErrorCodes.LEASE_HELD, `another worker of ${JSON.stringify(consumer)} holds a live lease on this message`, {
+        messageIds: [message.id],
+      });
+      return {
+        status: 'busy',
+        messageId: message.id,
+        consumer,
+        attempt,
+        reason: OutcomeReasons.LEASE_HELD,
+        error,
+        retryAfterMs: boundedBusyDelay(claim.remainingMs, leaseMs),
+      };
+    }
+
+    const { token, takeover } = claim;
+    const lease = new Lease(leases, db, message.id, token, leaseMs, claimSentAt);
+    const leased = { fencingToken: token, takeover };
+    try {
+      const completions: ((tx: TransactionOf<TDb>) => unknown)[] = [];
+      let open = true;
+      let returned: unknown;
+      try {
+        returned = await runWithDeadline(
+          resolved.handlerTimeoutMs,
+          processOptions?.signal === undefined ? lease.signal : AbortSignal.any([lease.signal, processOptions.signal]),
+          async (signal) =>
+            handler(message as InboxMessage<TPayload>, {
+              consumer,
+              attempt,
+              signal,
+              idempotencyKey: idempotencyKeyFor(consumer, message.id),
+              fencingToken: token,
+              takeover,
+              renewLease: () => lease.renew(),
+              complete: (work) => {
+                if (!open) throw new InboxError(InboxErrorCodes.INVALID_OPTIONS, 'context.complete() was called after the handler returned');
+                if (typeof work !== 'function') throw new InboxError(InboxErrorCodes.INVALID_OPTIONS, 'context.complete() takes a function (tx) => ...');
+                completions.push(work as (tx: TransactionOf<TDb>) => unknown);
+              },
+            }),
+        );
+      } catch (error) {
+        return { ...(await failed(message, lease, bodyFailure(error))), ...leased };
+      } finally {
+        open = false;
+      }
+
+      const completion = isRejection(returned)
+        ? { status: 'rejected' as const, reason: rejectionReason(returned), result: null }
+        : { status: 'processed' as const, reason: null, result: isStoredResult(returned) ? returned.json : null };
+      const result = await runInboxTransaction(resolved, store, {
+        rows: [],
+        lockTimeoutMs: null,
+        verifyIds: [message.id],
+        body: async (tx) => {
+          let completed: boolean;
+          try {
+            completed = await leases.complete(tx, message.id, token, completion);
+          } catch (error) {
+            throw new InboxStatementError('complete', error);
+          }
+          if (!completed) throw new FencedOff();
+          for (const work of completions) await work(tx);
+        },
+      });
+      if (result.ok) {
+        const base = { messageId: message.id, consumer, attempt, ...leased };
+        return completion.status === 'rejected'
+          ? { ...base, status: 'rejected', reason: completion.reason }
+          : completion.result === null
+            ? { ...base, status: 'processed' }
+            : { ...base, status: 'processed', result: parseStoredResult(completion.result) };
+      }
+      if (result.failure.kind === 'handler' && result.failure.error instanceof FencedOff) {
+        // Overtaken although this worker finished within its lease (the completion reached the
+        // server just after the lease ended there): not this attempt's failure. A handler that ran
+        // past its lease is counted like any other, so one that always overruns ends in dead-letter.
+        if (!lease.lost) return { ...leaseLost(message, token), ...leased };
+        return { ...(await failed(message, lease, bodyFailure(lease.signal.reason))), ...leased };
+      }
+      return { ...(await failed(message, lease, result.failure)), ...leased };
+    } finally {
+      lease.dispose();
+    }
+  }
+
+  /** `retry` with `lease-lost`: not counted (this attempt did not fail, it was overtaken). */
+  function leaseLost(message: InboxMessage, token: number): InboxOutcome {
+    return {
+      status: 'retry',
+      messageId: message.id,
+      consumer,
+      attempt: message.attempt ?? 1,
+      reason: OutcomeReasons.LEASE_LOST,
+      error: leaseLostError(message.id, token, 'its completion was refused by the fence: the claim was taken over or released'),
+      // The new owner is at work: come back once it has had time to complete (then: a duplicate).
+      retryAfterMs: Math.min(leaseMs, 60_000),
+    };
+  }
+
+  /**
+   * A failed attempt, judged as in transactional mode (a handler that threw because its lease was
+   * lost is counted too: it ran past `leaseMs` without renewing); the claim is released either way,
+   * fenced, so a claim already taken over is left to its new owner.
+   */
+  async function failed(message: InboxMessage, lease: Lease, failure: TransactionFailure): Promise<InboxOutcome> {
+    const outcome = await outcomeOfFailure(general, store, message, failure);
+    try {
+      await leases.release(db, message.id, lease.token);
+    } catch {
+      // The database is away (the outcome says so, if that is why this attempt failed): the lease runs out instead.
+    }
+    return outcome;
+  }
+
+  const processor = (delivery: InboxMessage, options?: ProcessOptions): Promise<InboxOutcome> =>
+    process(delivery, options).catch((error: unknown) => internalFailure(general, delivery, error));
+  const checkTables = () => checkInboxTables(db, resolved.tables, consumer);
+  return Object.assign(processor, { kind: 'single' as const, consumer, checkTables, observe: () => {} });
+}
