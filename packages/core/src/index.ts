@@ -63,3 +63,4 @@ export type { BackoffOptions } from './backoff.js';
 export { createInboxTables, inboxTable, inboxAttemptsTable, type CreatedInboxTables, type InboxTableNames, type InboxTables } from './schema.js';
 export { migrate, type MigrateResult } from './migrations/migrate.js';
 export { purgeInbox, type PurgeOptions } from './retention.js';
+export { inspectLeases, type LeaseReport } from './leased/lease-report.js';

@@ -31,6 +31,16 @@ describe.each(DRIVERS)('purgeInbox on %s', (driver) => {
     expect((await a({ id: 'old-3', payload: 3 })).status).toBe('processed');
   });
 
+  it('never deletes a leased claim whose lease is live, however old its last change', async () => {
+    const tables = { schema: t.schema };
+    await t.query(`insert into "${t.schema}".inbox (consumer, message_id, status, lease_expires_at, completed_at) values
+      ('a', 'live', 'processing', now() + interval '1 minute', now() - interval '2 days'),
+      ('a', 'expired', 'processing', now() - interval '1 minute', now() - interval '2 days'),
+      ('a', 'done', 'processed', null, now() - interval '2 days')`);
+    expect(await purgeInbox(t.db, { olderThanMs: 86_400_000, tables })).toEqual({ deleted: 2 });
+    expect(await t.query(`select message_id from "${t.schema}".inbox`)).toEqual([{ message_id: 'live' }]);
+  });
+
   it('rejects a non-positive window', async () => {
     await expect(purgeInbox(t.db, { olderThanMs: 0 })).rejects.toMatchObject({ code: InboxErrorCodes.INVALID_OPTIONS });
   });

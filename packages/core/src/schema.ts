@@ -1,3 +1,4 @@
+import { sql } from 'drizzle-orm';
 import { index, integer, pgSchema, pgTable, primaryKey, text, timestamp, type PgSchema } from 'drizzle-orm/pg-core';
 import { assertIdentifier } from './identifiers.js';
 
@@ -67,6 +68,8 @@ function buildTables(resolved: ResolvedTableNames, inboxSchema: PgSchema | undef
   const inbox = table(resolved.table, inboxColumns(), (t) => [
     primaryKey({ name: `${resolved.table}_pkey`, columns: [t.consumer, t.messageId] }),
     index(`${resolved.table}_completed_at_idx`).on(t.completedAt),
+    // Open leased claims only: tiny however large the inbox, so reporting them stays cheap.
+    index(`${resolved.table}_processing_idx`).on(t.receivedAt).where(sql`status = 'processing'`),
   ]);
   const inboxAttempts = table(resolved.attemptsTable, attemptColumns(), (t) => [
     primaryKey({ name: `${resolved.attemptsTable}_pkey`, columns: [t.consumer, t.messageId] }),

@@ -8,6 +8,7 @@ import { PermanentError } from '../errors.js';
 import { reject, type InboxMessage, type InboxOutcome } from '../types.js';
 import { withInbox } from '../with-inbox.js';
 import { withInboxBatch } from '../with-inbox-batch.js';
+import { inspectLeases } from './lease-report.js';
 import type { LeasedHandlerContext } from './with-leased-inbox.js';
 
 const UUID_V8 = /^[0-9a-f]{8}-[0-9a-f]{4}-8[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/;
@@ -61,6 +62,33 @@ describe.each(DRIVERS)('leased mode on %s', (driver) => {
     expect(again).toMatchObject({ status: 'duplicate', result: { chargeId: 'ch_1', amount: 42 } });
     expect(contexts).toHaveLength(1);
     expect(await t.countEffects('m1')).toBe(1);
+  });
+
+  it('inspectLeases() reports live, expired and released claims and the oldest one, by server time', async () => {
+    const tables = { schema: t.schema };
+    expect(await inspectLeases(t.db, { tables })).toEqual({ live: 0, expired: 0, released: 0, oldestAgeMs: null });
+    const hold = gate();
+    const entered = gate();
+    const process = withInbox(
+      async (message: InboxMessage) => {
+        if (message.id === 'fails') throw new Error('released after this');
+        entered.open();
+        await hold.opened;
+      },
+      leased({ leaseMs: 5_000 }),
+    );
+    await t.query(
+      `insert into "${t.schema}".inbox (consumer, message_id, status, lease_expires_at, received_at) values ('c', 'crashed', 'processing', now() - interval '1 minute', now() - interval '2 minutes')`,
+    );
+    await process({ id: 'fails', payload: {} });
+    const running = process({ id: 'live', payload: {} });
+    await entered.opened;
+    const report = await inspectLeases(t.db, { tables, consumer: 'c' });
+    expect(report).toMatchObject({ live: 1, expired: 1, released: 1 });
+    expect(report.oldestAgeMs).toBeGreaterThanOrEqual(119_000);
+    expect(await inspectLeases(t.db, { tables, consumer: 'someone-else' })).toMatchObject({ live: 0, expired: 0, released: 0 });
+    hold.open();
+    await running;
   });
 
   it('a live lease makes another copy busy, with the time left on it; once completed, the copy is a duplicate', async () => {
