@@ -124,4 +124,4 @@ withInbox(
   { db, consumer: 'billing.charge', mode: 'leased', leaseMs: 10_000, schema: OrderSchema },
 );
 // @ts-expect-error a leased handler gets no transaction: its second argument is the context
-withInbox(async (_message, tx: { insert: unknown }) => {}, { db, consumer: 'c', mode: 'leased' });
+withInbox(async (_message, _tx: { insert: unknown }) => {}, { db, consumer: 'c', mode: 'leased' });
