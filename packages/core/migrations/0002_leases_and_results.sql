@@ -5,4 +5,4 @@ ALTER TABLE "inbox" ADD COLUMN IF NOT EXISTS "fencing_token" integer DEFAULT 1 N
 --> statement-breakpoint
 ALTER TABLE "inbox" ADD COLUMN IF NOT EXISTS "result" text;
 --> statement-breakpoint
-CREATE INDEX IF NOT EXISTS "inbox_processing_idx" ON "inbox" USING btree ("received_at") WHERE status = 'processing';
+CREATE INDEX IF NOT EXISTS "inbox_processing_idx" ON "inbox" USING btree ("completed_at") WHERE status = 'processing';

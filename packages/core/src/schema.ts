@@ -69,7 +69,7 @@ function buildTables(resolved: ResolvedTableNames, inboxSchema: PgSchema | undef
     primaryKey({ name: `${resolved.table}_pkey`, columns: [t.consumer, t.messageId] }),
     index(`${resolved.table}_completed_at_idx`).on(t.completedAt),
     // Open leased claims only: tiny however large the inbox, so reporting them stays cheap.
-    index(`${resolved.table}_processing_idx`).on(t.receivedAt).where(sql`status = 'processing'`),
+    index(`${resolved.table}_processing_idx`).on(t.completedAt).where(sql`status = 'processing'`),
   ]);
   const inboxAttempts = table(resolved.attemptsTable, attemptColumns(), (t) => [
     primaryKey({ name: `${resolved.attemptsTable}_pkey`, columns: [t.consumer, t.messageId] }),

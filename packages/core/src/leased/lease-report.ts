@@ -11,7 +11,10 @@ export interface LeaseReport {
   expired: number;
   /** Claims given back after a failed attempt, waiting for their next delivery (or dead-lettered). */
   released: number;
-  /** Age of the oldest open claim's message (since it was first received), in ms; null when there is none. */
+  /**
+   * How long the oldest open claim has stood unchanged (since it was last claimed or released), in
+   * ms of the server's clock; null when there is none.
+   */
   oldestAgeMs: number | null;
 }
 
@@ -29,7 +32,7 @@ export async function inspectLeases(db: AnyPgDatabase, options: { consumer?: str
     select count(*) filter (where lease_expires_at > now())::int as live,
            count(*) filter (where lease_expires_at <= now())::int as expired,
            count(*) filter (where lease_expires_at is null)::int as released,
-           (extract(epoch from (now() - min(received_at))) * 1000)::float8 as oldest
+           (extract(epoch from (now() - min(completed_at))) * 1000)::float8 as oldest
     from ${inbox} where status = 'processing'${scope}`)) as unknown;
   const [row] = (Array.isArray(result) ? result : (result as { rows: unknown[] }).rows) as {
     live: number;

@@ -78,7 +78,7 @@ describe.each(DRIVERS)('leased mode on %s', (driver) => {
       leased({ leaseMs: 5_000 }),
     );
     await t.query(
-      `insert into "${t.schema}".inbox (consumer, message_id, status, lease_expires_at, received_at) values ('c', 'crashed', 'processing', now() - interval '1 minute', now() - interval '2 minutes')`,
+      `insert into "${t.schema}".inbox (consumer, message_id, status, lease_expires_at, completed_at) values ('c', 'crashed', 'processing', now() - interval '1 minute', now() - interval '2 minutes')`,
     );
     await process({ id: 'fails', payload: {} });
     const running = process({ id: 'live', payload: {} });

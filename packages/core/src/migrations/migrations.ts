@@ -67,7 +67,7 @@ export const migrations: readonly Migration[] = [
         `ALTER TABLE ${inbox} ADD COLUMN IF NOT EXISTS "result" text`,
         // Scans the table once to build (holding off writes meanwhile): on a very large inbox, create
         // it beforehand with CREATE INDEX CONCURRENTLY under this name, and this statement skips it.
-        `CREATE INDEX IF NOT EXISTS "${names.table}_processing_idx" ON ${inbox} USING btree ("received_at") WHERE status = 'processing'`,
+        `CREATE INDEX IF NOT EXISTS "${names.table}_processing_idx" ON ${inbox} USING btree ("completed_at") WHERE status = 'processing'`,
       ];
     },
   },
