@@ -6,7 +6,8 @@ export default defineProject({
   test: {
     name: 'system',
     include: ['fault/**/*.test.ts', 'soak/core-soak.test.ts', 'docs/**/*.test.ts'],
-    globalSetup: ['./support/postgres-setup.ts'],
+    // RabbitMQ for fault/leased-kill.test.ts (worker processes on the amqp adapter).
+    globalSetup: ['./support/postgres-setup.ts', './support/amqp-setup.ts'],
     testTimeout: 120_000,
     hookTimeout: 60_000,
   },

@@ -23,21 +23,45 @@ const WORK_MS = '5';
 const MIN_KILLS = 3;
 
 /** The deliveries of one soak: unique ids, copies of them spread through the stream, a few conflicts. */
-export function soakPlan(total: number, random: () => number = Math.random) {
-  const uniqueCount = Math.round(total * (1 - DUPLICATE_SHARE)) - CONFLICTS;
+export function soakPlan(total: number, random: () => number = Math.random, conflicts: number = CONFLICTS) {
+  const uniqueCount = Math.round(total * (1 - DUPLICATE_SHARE)) - conflicts;
   const ids = Array.from({ length: uniqueCount }, (_, i) => `soak-${i}`);
-  const conflictIds = ids.slice(0, CONFLICTS);
+  const conflictIds = ids.slice(0, conflicts);
   const messages: PublishedMessage[] = ids.map((id, i) => ({ id, payload: { n: i } }));
   // Copies land anywhere after their original: some right behind it (same fetch or batch), some far away.
-  for (let copy = 0; messages.length < total - CONFLICTS; copy++) {
-    const i = CONFLICTS + Math.floor(random() * (uniqueCount - CONFLICTS));
+  for (let copy = 0; messages.length < total - conflicts; copy++) {
+    const i = conflicts + Math.floor(random() * (uniqueCount - conflicts));
     const at = Math.min(messages.length, i + 1 + Math.floor(random() * (copy % 2 === 0 ? 3 : messages.length)));
     messages.splice(at, 0, { id: ids[i]!, payload: { n: i } });
   }
   for (const [k, id] of conflictIds.entries()) {
     messages.splice(Math.floor(random() * messages.length), 0, { id, payload: { n: k, conflicting: true } });
   }
-  return { messages, ids, conflictIds, duplicates: total - uniqueCount - CONFLICTS };
+  return { messages, ids, conflictIds, duplicates: total - uniqueCount - conflicts };
+}
+
+export type SoakPlan = ReturnType<typeof soakPlan>;
+
+/** What a soak may change; the defaults are the broker soaks'. */
+export interface SoakOptions {
+  /**
+   * `transactional` (default): one worker in batch mode, the others single. `leased`: every worker runs
+   * leased mode (there is no leased batch mode); give it PROVIDER_URL and LEASE_MS in `env`.
+   */
+  mode?: 'transactional' | 'leased';
+  /** More environment for every worker (overrides the soak's own, e.g. WORK_MS). */
+  env?: Record<string, string>;
+  /** Ids published a second time with another payload (default 12); their dead-letters are checked. */
+  conflicts?: number;
+  /** Deliveries (default {@link SOAK_MESSAGES}). */
+  messages?: number;
+  /** The consumer name (default `<broker>.soak`). */
+  consumer?: string;
+  /**
+   * The caller's own checks, after the soak's and before the schema is dropped: on the database, on
+   * what every worker printed (killed ones included), on outside systems.
+   */
+  verify?: (soaked: { t: TestDatabase; plan: SoakPlan; workers: readonly Worker[] }) => Promise<void>;
 }
 
 function countBy(values: string[]): Record<string, number> {
@@ -78,8 +102,9 @@ export function summaryLine(s: SoakSummary): string {
  * destination under one consumer name while SIGKILL takes down a random one every 1-3 s and a new one
  * replaces it. The database and the broker are asked at the end, not the workers: every unique id has
  * exactly one effect, every conflict reached the dead-letter target, and nothing is left unsettled.
+ * `options` runs it in leased mode (test/soak/leased-soak.test.ts) and adds the caller's checks.
  */
-export async function soak(createHarness: () => BrokerHarness): Promise<SoakSummary> {
+export async function soak(createHarness: () => BrokerHarness, options: SoakOptions = {}): Promise<SoakSummary> {
   const began = Date.now();
   const t: TestDatabase = await createTestDatabase('node-postgres', { label: 'soak' });
   await migrate(t.db, { schema: t.schema });
@@ -89,10 +114,19 @@ export async function soak(createHarness: () => BrokerHarness): Promise<SoakSumm
   const everyWorker: Worker[] = [];
   const crashed: string[] = [];
   try {
-    const plan = soakPlan(SOAK_MESSAGES);
-    const env = { ...h.workerEnv(), BROKER: h.broker, DATABASE_URL: databaseUrl(), SCHEMA: t.schema, CONSUMER_NAME: `${h.broker}.soak`, WORK_MS };
+    const plan = soakPlan(options.messages ?? SOAK_MESSAGES, Math.random, options.conflicts ?? CONFLICTS);
+    const env = {
+      ...h.workerEnv(),
+      BROKER: h.broker,
+      DATABASE_URL: databaseUrl(),
+      SCHEMA: t.schema,
+      CONSUMER_NAME: options.consumer ?? `${h.broker}.soak`,
+      WORK_MS,
+      ...options.env,
+    };
+    const modeOf = (slot: number) => (options.mode === 'leased' ? 'leased' : slot === 0 ? 'batch' : 'single');
     const spawn = (slot: number) => {
-      const worker = startWorker({ ...env, MODE: slot === 0 ? 'batch' : 'single' });
+      const worker = startWorker({ ...env, MODE: modeOf(slot) });
       void worker.exited.then(({ signal }) => {
         if (signal !== 'SIGKILL' && signal !== 'SIGTERM') crashed.push(worker.output());
       });
@@ -150,6 +184,7 @@ export async function soak(createHarness: () => BrokerHarness): Promise<SoakSumm
     expect(deadLetters.filter((d) => d.reason !== 'payload-mismatch')).toEqual([]);
     expect(kills).toBeGreaterThanOrEqual(MIN_KILLS);
     expect(await h.pending()).toBe(0);
+    await options.verify?.({ t, plan, workers: everyWorker });
     return {
       broker: h.broker,
       published: plan.messages.length,

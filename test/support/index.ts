@@ -1,6 +1,7 @@
 /**
  * Integration-test plumbing shared by every package: real service endpoints, a fresh PostgreSQL
- * schema per test, a domain table to count effects in, and a TCP proxy to cut connections.
+ * schema per test, a domain table to count effects in, a TCP proxy to cut connections, and a fake
+ * payment provider (idempotency keys) for leased mode.
  */
 export { databaseUrl, requireService } from './services.js';
 export { createTestDatabase, type TestDatabase, type Driver, DRIVERS } from './test-database.js';
@@ -8,3 +9,14 @@ export { startPostgresProxy, startTcpProxy, type TcpProxy } from './tcp-proxy.js
 export { uniqueName } from './unique-name.js';
 export { waitFor } from './wait-for.js';
 export { quickStartOf, readmeSnippets, startQuickStart, withSearchPath, type ReadmeSnippet, type RunningQuickStart } from './readme.js';
+export {
+  createCharge,
+  findCharge,
+  ProviderError,
+  startFakePaymentProvider,
+  type Charge,
+  type FakePaymentProvider,
+  type FakePaymentProviderOptions,
+  type ProviderRequest,
+  type ProviderStats,
+} from './fake-payment-provider.js';
