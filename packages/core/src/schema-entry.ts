@@ -1,6 +1,6 @@
 /**
  * `@inboxed/core/schema`: only the Drizzle table definitions of the inbox, for the schema file
- * drizzle-kit reads. It imports nothing but `drizzle-orm/pg-core`, so drizzle-kit (which loads
+ * drizzle-kit reads. It imports nothing but drizzle-orm (`drizzle-orm/pg-core` and `sql`), so drizzle-kit (which loads
  * schema files through `require`) never evaluates the rest of inboxed.
  *
  * ```ts
