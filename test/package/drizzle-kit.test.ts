@@ -35,7 +35,7 @@ const APP_FILES: Record<string, string> = {
   ),
   // The README's main path: the inbox tables re-exported from the app's own Drizzle schema.
   'src/schema.ts': `import { integer, pgTable, text } from 'drizzle-orm/pg-core';
-export { inboxTable, inboxAttemptsTable } from '@inboxed/core';
+export { inboxTable, inboxAttemptsTable, inboxDeadLettersTable, inboxAuditTable } from '@inboxed/core';
 
 export const orders = pgTable('orders', { id: text('id').primaryKey(), amountCents: integer('amount_cents').notNull() });
 `,
@@ -44,7 +44,7 @@ export const orders = pgTable('orders', { id: text('id').primaryKey(), amountCen
 import { integer, pgTable, text } from 'drizzle-orm/pg-core';
 
 export const payments = pgTable('payments', { id: text('id').primaryKey(), amountCents: integer('amount_cents').notNull() });
-export const { inboxSchema, inbox, inboxAttempts } = createInboxTables({ schema: 'messaging' });
+export const { inboxSchema, inbox, inboxAttempts, inboxDeadLetters, inboxAudit } = createInboxTables({ schema: 'messaging' });
 `,
   // Only the app's tables: the inbox belongs to inboxed's migrate().
   'src/app-schema.ts': `import { integer, pgTable, text } from 'drizzle-orm/pg-core';
@@ -172,7 +172,7 @@ const BROKEN_FILES: Record<string, string> = {
   }),
   'node_modules/esm-only-dependency/index.js': 'export const value = 1;\n',
   'broken/schema.ts': `import 'esm-only-dependency';
-export { inboxTable, inboxAttemptsTable } from '@inboxed/core/schema';
+export { inboxTable, inboxAttemptsTable, inboxDeadLettersTable, inboxAuditTable } from '@inboxed/core/schema';
 `,
   'broken.drizzle.config.ts': `import { defineConfig } from 'drizzle-kit';
 

@@ -60,7 +60,16 @@ export {
 export { fingerprintMessage, type FingerprintOption } from './fingerprint.js';
 export { MAX_MESSAGE_ID_BYTES } from './message-id.js';
 export type { BackoffOptions } from './backoff.js';
-export { createInboxTables, inboxTable, inboxAttemptsTable, type CreatedInboxTables, type InboxTableNames, type InboxTables } from './schema.js';
+export {
+  createInboxTables,
+  inboxTable,
+  inboxAttemptsTable,
+  inboxDeadLettersTable,
+  inboxAuditTable,
+  type CreatedInboxTables,
+  type InboxTableNames,
+  type InboxTables,
+} from './schema.js';
 export { migrate, type MigrateResult } from './migrations/migrate.js';
 export { purgeInbox, type PurgeOptions } from './retention.js';
 export { inspectLeases, type LeaseReport } from './leased/lease-report.js';

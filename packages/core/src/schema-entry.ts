@@ -5,13 +5,13 @@
  *
  * ```ts
  * // db/schema.ts: public.inbox and public.inbox_attempts
- * export { inboxTable, inboxAttemptsTable } from '@inboxed/core/schema';
+ * export { inboxTable, inboxAttemptsTable, inboxDeadLettersTable, inboxAuditTable } from '@inboxed/core/schema';
  * ```
  *
  * ```ts
  * // db/schema.ts: messaging.inbox and messaging.inbox_attempts; inboxSchema makes drizzle-kit emit CREATE SCHEMA
  * import { createInboxTables } from '@inboxed/core/schema';
- * export const { inboxSchema, inbox, inboxAttempts } = createInboxTables({ schema: 'messaging' });
+ * export const { inboxSchema, inbox, inboxAttempts, inboxDeadLetters, inboxAudit } = createInboxTables({ schema: 'messaging' });
  * ```
  *
  * @packageDocumentation
@@ -20,6 +20,8 @@ export {
   createInboxTables,
   inboxTable,
   inboxAttemptsTable,
+  inboxDeadLettersTable,
+  inboxAuditTable,
   type CreatedInboxTables,
   type InboxTableNames,
   type InboxTables,

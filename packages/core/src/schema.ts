@@ -1,5 +1,5 @@
 import { sql } from 'drizzle-orm';
-import { index, integer, pgSchema, pgTable, primaryKey, text, timestamp, type PgSchema } from 'drizzle-orm/pg-core';
+import { bigserial, index, integer, jsonb, pgSchema, pgTable, primaryKey, text, timestamp, type PgSchema } from 'drizzle-orm/pg-core';
 import { assertIdentifier } from './identifiers.js';
 
 /** Where the inbox lives. Defaults: schema `public`, tables `inbox` and `inbox_attempts`. */
@@ -15,14 +15,18 @@ export interface ResolvedTableNames {
   schema: string | undefined;
   table: string;
   attemptsTable: string;
+  deadLettersTable: string;
+  auditTable: string;
 }
 
 /** Validates and fills in defaults for {@link InboxTableNames}. */
 export function resolveTableNames(names: InboxTableNames = {}): ResolvedTableNames {
   const table = assertIdentifier(names.table ?? 'inbox', 'inbox table name');
   const attemptsTable = assertIdentifier(`${table}_attempts`, 'inbox attempts table name');
+  const deadLettersTable = assertIdentifier(`${table}_dead_letters`, 'inbox dead-letters table name');
+  const auditTable = assertIdentifier(`${table}_audit`, 'inbox audit table name');
   const schema = names.schema === undefined ? undefined : assertIdentifier(names.schema, 'inbox schema name');
-  return { schema, table, attemptsTable };
+  return { schema, table, attemptsTable, deadLettersTable, auditTable };
 }
 
 function inboxColumns() {
@@ -62,6 +66,47 @@ function attemptColumns() {
   };
 }
 
+function deadLetterColumns() {
+  return {
+    id: bigserial('id', { mode: 'number' }).primaryKey(),
+    consumer: text('consumer').notNull(),
+    /** The message id as received (a printable form of an invalid one, empty when there was none). */
+    messageId: text('message_id').notNull(),
+    /** The outcome's stable reason (`max-attempts-exceeded`, `payload-mismatch`, ...). */
+    reason: text('reason').notNull(),
+    errorCode: text('error_code'),
+    /** The error's description, bounded and storable; never payload data. */
+    error: text('error'),
+    /** Failed attempts counted for it (the attempts ledger's count, moved here when it was dead-lettered). */
+    attempts: integer('attempts').notNull(),
+    firstAttemptAt: timestamp('first_attempt_at', { withTimezone: true }),
+    lastAttemptAt: timestamp('last_attempt_at', { withTimezone: true }),
+    /** Where the adapter sent it (`amqp:orders.dead-letter`, `kafka:payments.dlq`, an SQS queue URL). */
+    destination: text('destination'),
+    /** Where it came from (`amqp:orders`, `kafka:payments/3`). */
+    source: text('source'),
+    deadLetteredAt: timestamp('dead_lettered_at', { withTimezone: true }).notNull().defaultNow(),
+  };
+}
+
+function auditColumns() {
+  return {
+    id: bigserial('id', { mode: 'number' }).primaryKey(),
+    at: timestamp('at', { withTimezone: true }).notNull().defaultNow(),
+    /** Who did it: `--actor`, or the OS user running the CLI. */
+    actor: text('actor').notNull(),
+    /** The repair: `release`, `requeue`, `purge`, ... */
+    action: text('action').notNull(),
+    consumer: text('consumer'),
+    messageId: text('message_id'),
+    /** Why, in the operator's words. */
+    reason: text('reason'),
+    /** The affected rows before and after, as JSON. */
+    before: jsonb('before'),
+    after: jsonb('after'),
+  };
+}
+
 function buildTables(resolved: ResolvedTableNames, inboxSchema: PgSchema | undefined) {
   // Cast: a schema-bound table function differs from pgTable only in the schema name it records.
   const table = (inboxSchema === undefined ? pgTable : inboxSchema.table) as typeof pgTable;
@@ -74,7 +119,13 @@ function buildTables(resolved: ResolvedTableNames, inboxSchema: PgSchema | undef
   const inboxAttempts = table(resolved.attemptsTable, attemptColumns(), (t) => [
     primaryKey({ name: `${resolved.attemptsTable}_pkey`, columns: [t.consumer, t.messageId] }),
   ]);
-  return { inbox, inboxAttempts };
+  // Append-only records: what was dead-lettered (across brokers), and every repair an operator made.
+  const inboxDeadLetters = table(resolved.deadLettersTable, deadLetterColumns(), (t) => [
+    index(`${resolved.deadLettersTable}_message_idx`).on(t.consumer, t.messageId),
+    index(`${resolved.deadLettersTable}_at_idx`).on(t.deadLetteredAt),
+  ]);
+  const inboxAudit = table(resolved.auditTable, auditColumns(), (t) => [index(`${resolved.auditTable}_at_idx`).on(t.at)]);
+  return { inbox, inboxAttempts, inboxDeadLetters, inboxAudit };
 }
 
 /**
@@ -106,7 +157,7 @@ export type CreatedInboxTables<S extends PgSchema | undefined = PgSchema | undef
  * // db/schema.ts
  * import { createInboxTables } from '@inboxed/core/schema';
  *
- * export const { inboxSchema, inbox, inboxAttempts } = createInboxTables({ schema: 'messaging' });
+ * export const { inboxSchema, inbox, inboxAttempts, inboxDeadLetters, inboxAudit } = createInboxTables({ schema: 'messaging' });
  * ```
  *
  * `inboxSchema` is Drizzle's `pgSchema('messaging')` (`undefined` without a `schema` name); exporting
@@ -133,3 +184,9 @@ export const inboxTable = defaultTables.inbox;
 
 /** The default attempts table (`public.inbox_attempts`), where failed attempts are counted. */
 export const inboxAttemptsTable = defaultTables.inboxAttempts;
+
+/** The default dead-letter record table (`public.inbox_dead_letters`): every dead-letter, across brokers. */
+export const inboxDeadLettersTable = defaultTables.inboxDeadLetters;
+
+/** The default audit table (`public.inbox_audit`): every repair made through the `inboxed` CLI. */
+export const inboxAuditTable = defaultTables.inboxAudit;

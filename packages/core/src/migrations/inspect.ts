@@ -17,13 +17,15 @@ async function rowsOf<T>(db: Executable, query: ReturnType<typeof sql>): Promise
 
 /**
  * @internal What is wrong with the inbox tables as they exist in the database, as sentences; empty
- * when nothing is. Checked: both tables exist, have the columns inboxed writes, and have a unique key
- * on exactly `(consumer, message_id)` that `ON CONFLICT` can use (not partial, not on expressions, not
- * deferrable, valid). Without that key every redelivery would be processed again, silently.
+ * when nothing is. Checked: every table exists with the columns inboxed writes, and the inbox and
+ * attempts tables have a unique key on exactly `(consumer, message_id)` that `ON CONFLICT` can use
+ * (not partial, not on expressions, not deferrable, valid). Without that key every redelivery would
+ * be processed again, silently. (The dead-letter and audit tables are append-only records: no key.)
  */
 export async function inspectInboxTables(db: Executable, tables: InboxTables): Promise<string[]> {
   const problems: string[] = [];
-  for (const table of [tables.inbox, tables.inboxAttempts]) {
+  const keyed = new Set<unknown>([tables.inbox, tables.inboxAttempts]);
+  for (const table of [tables.inbox, tables.inboxAttempts, tables.inboxDeadLetters, tables.inboxAudit]) {
     const config = getTableConfig(table);
     const name = config.schema === undefined ? `"${config.name}"` : `"${config.schema}"."${config.name}"`;
     const [found] = await rowsOf<{ oid: number | null }>(db, sql`select to_regclass(${name})::oid as oid`);
@@ -43,6 +45,7 @@ export async function inspectInboxTables(db: Executable, tables: InboxTables): P
     );
     const missing = config.columns.map((c) => c.name).filter((c) => !columns.has(c));
     if (missing.length > 0) problems.push(`table ${name} lacks the column(s) ${missing.join(', ')}`);
+    if (!keyed.has(table)) continue;
     const indexes = await rowsOf<IndexRow>(
       db,
       sql`
@@ -52,10 +55,10 @@ export async function inspectInboxTables(db: Executable, tables: InboxTables): P
                    where k.position <= i.indnkeyatts order by k.position) as columns
       from pg_index i where i.indrelid = ${oid} and i.indisunique`,
     );
-    const keyed = indexes.some(
+    const hasKey = indexes.some(
       (index) => index.usable && index.columns.length === 2 && index.columns.includes('consumer') && index.columns.includes('message_id'),
     );
-    if (!keyed) {
+    if (!hasKey) {
       const found = indexes.map((index) => `(${index.columns.join(', ')})${index.usable ? '' : ' unusable'}`).join(', ') || 'none';
       problems.push(
         `table ${name} has no primary key or unique constraint on exactly (consumer, message_id) that ON CONFLICT can use (unique keys found: ${found}); without it every redelivery would be processed again`,

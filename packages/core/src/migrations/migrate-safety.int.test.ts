@@ -66,7 +66,7 @@ describe.each(DRIVERS.filter((d) => d !== 'pglite'))('migrate() from several pro
       const results = await Promise.all(Array.from({ length: 6 }, (_, i) => migrate(t.db, { schema, table: `inbox_${i}` })));
       expect(results.every((r) => r.version === migrations.length)).toBe(true);
       const tables = await t.query<{ n: number }>(`select count(*)::int as n from information_schema.tables where table_schema = '${schema}'`);
-      expect(tables).toEqual([{ n: 18 }]); // inbox, attempts and history per table
+      expect(tables).toEqual([{ n: 30 }]); // inbox, attempts, dead letters, audit and history per table
     } finally {
       await t.query(`drop schema if exists "${schema}" cascade`);
       await t.close();

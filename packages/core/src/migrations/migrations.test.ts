@@ -82,7 +82,7 @@ describe('migrations', () => {
   it('createInboxTables() returns the PgSchema drizzle-kit needs to emit CREATE SCHEMA, only for a named schema', () => {
     const named = createInboxTables({ schema: 'messaging' });
     expect(named.inboxSchema.schemaName).toBe('messaging');
-    expect(Object.keys(named).sort()).toEqual(['inbox', 'inboxAttempts', 'inboxSchema']);
+    expect(Object.keys(named).sort()).toEqual(['inbox', 'inboxAttempts', 'inboxAudit', 'inboxDeadLetters', 'inboxSchema']);
     expect(createInboxTables().inboxSchema).toBeUndefined();
   });
 

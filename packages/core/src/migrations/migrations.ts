@@ -71,6 +71,46 @@ export const migrations: readonly Migration[] = [
       ];
     },
   },
+  {
+    // Operations: a record of every dead-letter (listable across brokers) and an append-only audit
+    // of operators' repairs. New tables only; nothing existing is touched.
+    version: 3,
+    name: 'dead_letters_and_audit',
+    statements: (names) => {
+      const deadLetters = qualified(names, names.deadLettersTable);
+      const audit = qualified(names, names.auditTable);
+      return [
+        `CREATE TABLE IF NOT EXISTS ${deadLetters} (
+\t"id" bigserial PRIMARY KEY NOT NULL,
+\t"consumer" text NOT NULL,
+\t"message_id" text NOT NULL,
+\t"reason" text NOT NULL,
+\t"error_code" text,
+\t"error" text,
+\t"attempts" integer NOT NULL,
+\t"first_attempt_at" timestamp with time zone,
+\t"last_attempt_at" timestamp with time zone,
+\t"destination" text,
+\t"source" text,
+\t"dead_lettered_at" timestamp with time zone DEFAULT now() NOT NULL
+)`,
+        `CREATE TABLE IF NOT EXISTS ${audit} (
+\t"id" bigserial PRIMARY KEY NOT NULL,
+\t"at" timestamp with time zone DEFAULT now() NOT NULL,
+\t"actor" text NOT NULL,
+\t"action" text NOT NULL,
+\t"consumer" text,
+\t"message_id" text,
+\t"reason" text,
+\t"before" jsonb,
+\t"after" jsonb
+)`,
+        `CREATE INDEX IF NOT EXISTS "${names.deadLettersTable}_message_idx" ON ${deadLetters} USING btree ("consumer","message_id")`,
+        `CREATE INDEX IF NOT EXISTS "${names.deadLettersTable}_at_idx" ON ${deadLetters} USING btree ("dead_lettered_at")`,
+        `CREATE INDEX IF NOT EXISTS "${names.auditTable}_at_idx" ON ${audit} USING btree ("at")`,
+      ];
+    },
+  },
 ];
 
 /** Renders a migration as one SQL file, statements separated the way drizzle-kit separates them. */
