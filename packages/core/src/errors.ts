@@ -81,6 +81,16 @@ export const InboxErrorCodes = {
   MODE_MISMATCH: 'MODE_MISMATCH',
   /** `storeResult(value)` got a value with no JSON form, or one larger than 64 KiB as JSON. */
   INVALID_RESULT: 'INVALID_RESULT',
+  /** Admin (`@inboxed/core/admin`, the `inboxed` CLI): the consumer has no row in any inbox table. */
+  UNKNOWN_CONSUMER: 'UNKNOWN_CONSUMER',
+  /** Admin: nothing is recorded for this message id (no inbox row, attempts, dead-letter or audit row). */
+  MESSAGE_NOT_FOUND: 'MESSAGE_NOT_FOUND',
+  /** Admin: a repair was refused because the message is completed (`processed` or `rejected`); repairs never touch completed rows. */
+  ALREADY_COMPLETED: 'ALREADY_COMPLETED',
+  /** Admin: `releaseMessage` found neither a live leased claim nor an attempts record for the message. Nothing was changed. */
+  NOTHING_TO_RELEASE: 'NOTHING_TO_RELEASE',
+  /** Admin: `requeueMessage` found no attempts record: the message's retry budget is already fresh. Nothing was changed. */
+  NOTHING_TO_REQUEUE: 'NOTHING_TO_REQUEUE',
 } as const;
 
 /** A code from {@link InboxErrorCodes}, or an adapter's own code. */

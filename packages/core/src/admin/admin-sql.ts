@@ -1,0 +1,72 @@
+import { type SQL, sql } from 'drizzle-orm';
+import { classifyDatabaseError } from '../database-errors.js';
+import { describeError } from '../error-text.js';
+import { InboxError, InboxErrorCodes, isInboxError } from '../errors.js';
+import { type InboxTableNames, type ResolvedTableNames, resolveTableNames } from '../schema.js';
+import type { AnyPgDatabase } from '../types.js';
+
+/** @internal What the admin statements need of a database or a transaction. */
+export type Executable = Pick<AnyPgDatabase, 'execute'>;
+
+/** @internal The four inbox tables as quoted, schema-qualified SQL names. */
+export interface AdminTables {
+  resolved: ResolvedTableNames;
+  inbox: SQL;
+  attempts: SQL;
+  deadLetters: SQL;
+  audit: SQL;
+}
+
+/** @internal Validates the names (INVALID_IDENTIFIER) and quotes every table once. */
+export function adminTables(names: InboxTableNames = {}): AdminTables {
+  const resolved = resolveTableNames(names);
+  const quote = (table: string) => sql.raw(resolved.schema === undefined ? `"${table}"` : `"${resolved.schema}"."${table}"`);
+  return {
+    resolved,
+    inbox: quote(resolved.table),
+    attempts: quote(resolved.attemptsTable),
+    deadLetters: quote(resolved.deadLettersTable),
+    audit: quote(resolved.auditTable),
+  };
+}
+
+/** @internal Rows of a raw query on any driver: node-postgres and PGlite return `{ rows }`, postgres-js an array. */
+export async function rowsOf<T>(db: Executable, query: SQL): Promise<T[]> {
+  const result = (await db.execute(query)) as unknown;
+  return (Array.isArray(result) ? result : (result as { rows: T[] }).rows) as T[];
+}
+
+/**
+ * @internal Runs an admin operation, turning database failures into the one error model: a missing
+ * table or column `INBOX_TABLE_MISSING` (run `migrate`), an outage `DATABASE_UNAVAILABLE`, anything
+ * else `INBOX_QUERY_FAILED`. InboxErrors (refusals) pass through unchanged.
+ */
+export async function adminOperation<T>(operation: string, names: ResolvedTableNames, run: () => Promise<T>): Promise<T> {
+  try {
+    return await run();
+  } catch (error) {
+    if (isInboxError(error)) throw error;
+    const details = { operation, schema: names.schema, table: names.table };
+    const kind = classifyDatabaseError(error);
+    if (kind === 'schema-missing') {
+      throw new InboxError(
+        InboxErrorCodes.INBOX_TABLE_MISSING,
+        `${operation}: the inbox tables are missing or incomplete (${describeError(error)}); run \`inboxed migrate\` or migrate(db, { schema, table })`,
+        { cause: error, details },
+      );
+    }
+    const code = kind === 'unavailable' ? InboxErrorCodes.DATABASE_UNAVAILABLE : InboxErrorCodes.INBOX_QUERY_FAILED;
+    throw new InboxError(code, `${operation} failed: ${describeError(error)}`, { cause: error, details });
+  }
+}
+
+/** @internal A timestamp from `to_jsonb` (ISO text) as a Date; null stays null. */
+export function toDate(value: unknown): Date | null {
+  if (value === null || value === undefined) return null;
+  return value instanceof Date ? value : new Date(String(value));
+}
+
+/** @internal Milliseconds from an `extract(epoch ...) * 1000` column, rounded; null stays null. */
+export function toMs(value: unknown): number | null {
+  return value === null || value === undefined ? null : Math.round(Number(value));
+}

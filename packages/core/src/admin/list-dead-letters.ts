@@ -1,0 +1,33 @@
+import { sql } from 'drizzle-orm';
+import { InboxError, InboxErrorCodes } from '../errors.js';
+import type { InboxTableNames } from '../schema.js';
+import type { AnyPgDatabase } from '../types.js';
+import { adminOperation, adminTables, rowsOf } from './admin-sql.js';
+import { type DeadLetterRecord, deadLetterRecord, type JsonRow } from './records.js';
+
+/** Options of {@link listDeadLetters}. */
+export interface ListDeadLettersOptions {
+  /** Only this consumer's dead-letters. Default: every consumer. */
+  consumer?: string;
+  /** Only those recorded at or after this time. */
+  since?: Date;
+  /** At most this many, newest first. @defaultValue 100 */
+  limit?: number;
+}
+
+/** The recorded dead-letters (all brokers), newest first. */
+export async function listDeadLetters(db: AnyPgDatabase, names: InboxTableNames = {}, options: ListDeadLettersOptions = {}): Promise<DeadLetterRecord[]> {
+  const tables = adminTables(names);
+  const limit = options.limit ?? 100;
+  if (!Number.isInteger(limit) || limit < 1) throw new InboxError(InboxErrorCodes.INVALID_OPTIONS, 'limit must be an integer >= 1');
+  if (options.since !== undefined && Number.isNaN(options.since.getTime())) throw new InboxError(InboxErrorCodes.INVALID_OPTIONS, 'since must be a valid Date');
+  const consumer = options.consumer === undefined ? sql`` : sql` and consumer = ${options.consumer}`;
+  const since = options.since === undefined ? sql`` : sql` and dead_lettered_at >= ${options.since.toISOString()}::timestamptz`;
+  return adminOperation('dead-letters', tables.resolved, async () => {
+    const rows = await rowsOf<{ row: JsonRow }>(
+      db,
+      sql`select to_jsonb(d) as row from ${tables.deadLetters} d where true${consumer}${since} order by dead_lettered_at desc, id desc limit ${limit}`,
+    );
+    return rows.map((r) => deadLetterRecord(r.row));
+  });
+}

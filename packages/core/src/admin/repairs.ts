@@ -1,0 +1,148 @@
+import { sql } from 'drizzle-orm';
+import { InboxError, InboxErrorCodes } from '../errors.js';
+import type { InboxTableNames } from '../schema.js';
+import type { AnyPgDatabase } from '../types.js';
+import { type AdminTables, adminOperation, adminTables, type Executable, rowsOf } from './admin-sql.js';
+import { assertRepairOptions, type RepairOptions, writeAudit } from './audit.js';
+import { assertNotCompleted, type MessageRows, notFound, readMessageRows } from './message-rows.js';
+import { type AttemptsRecord, type AuditRecord, attemptsRecord, type InboxRecord, inboxRecord } from './records.js';
+
+/** A message's rows on one side of a repair. */
+export interface RepairSide {
+  inbox: InboxRecord | null;
+  attempts: AttemptsRecord | null;
+}
+
+/** What a repair changed, with the audit row written in the same transaction. */
+export interface RepairResult {
+  action: 'release' | 'requeue';
+  consumer: string;
+  messageId: string;
+  /** What was done, in words: `lease expired now`, `attempts record removed (3 attempts)`. */
+  changes: string[];
+  before: RepairSide;
+  after: RepairSide;
+  audit: AuditRecord;
+}
+
+function side(rows: MessageRows): RepairSide {
+  return { inbox: rows.inbox === null ? null : inboxRecord(rows.inbox), attempts: rows.attempts === null ? null : attemptsRecord(rows.attempts) };
+}
+
+async function deleteAttempts(tx: Executable, tables: AdminTables, consumer: string, messageId: string): Promise<number | null> {
+  const [row] = await rowsOf<{ attempts: number }>(
+    tx,
+    sql`delete from ${tables.attempts} where consumer = ${consumer} and message_id = ${messageId} returning attempts`,
+  );
+  return row === undefined ? null : Number(row.attempts);
+}
+
+/**
+ * Frees a stuck message so its next delivery can run it again. Two things, whichever apply:
+ *
+ * - an open leased claim (`processing`) whose lease is still live gets `lease_expires_at = now()`:
+ *   the next delivery takes it over as it would after a crash (a new claim with a higher fencing
+ *   token, so the old holder's completion is refused by the fence);
+ * - its attempts record is deleted, so it gets a fresh retry budget.
+ *
+ * It never marks anything succeeded, and never touches a completed message: `processed` or
+ * `rejected` is refused with `ALREADY_COMPLETED`. With nothing to do (no live claim, no attempts
+ * record) it throws `NOTHING_TO_RELEASE`; when the consumer has no row anywhere, `UNKNOWN_CONSUMER`.
+ * The change and one audit row (`action: 'release'`, the rows before and after) commit in one
+ * transaction, under the rows' locks.
+ *
+ * A holder that is still alive keeps running until its next fenced write; if it renews its lease
+ * before another delivery takes the claim over, the claim is its own again. Release claims whose
+ * holder is gone (crashed, hung, partitioned away).
+ */
+export async function releaseMessage(
+  db: AnyPgDatabase,
+  names: InboxTableNames,
+  consumer: string,
+  messageId: string,
+  options: RepairOptions,
+): Promise<RepairResult> {
+  assertRepairOptions(options);
+  const tables = adminTables(names);
+  return adminOperation('release', tables.resolved, () =>
+    db.transaction(async (tx) => {
+      const before = await readMessageRows(tx, tables, consumer, messageId, true);
+      assertNotCompleted(before, consumer, messageId, 'release');
+      const changes: string[] = [];
+      const expired = await rowsOf<unknown>(
+        tx,
+        sql`update ${tables.inbox} set lease_expires_at = now()
+          where consumer = ${consumer} and message_id = ${messageId} and status = 'processing' and lease_expires_at > now()
+          returning 1`,
+      );
+      if (expired.length > 0) changes.push('leased claim released: lease expired now, the next delivery takes it over');
+      const attempts = await deleteAttempts(tx, tables, consumer, messageId);
+      if (attempts !== null) changes.push(`attempts record removed (${attempts} failed attempt${attempts === 1 ? '' : 's'})`);
+      if (changes.length === 0) {
+        const state =
+          before.inbox === null ? 'it has no inbox row' : `its claim is not live (lease ${before.inbox.lease_expires_at === null ? 'given back' : 'expired'})`;
+        throw await notFound(
+          tx,
+          tables,
+          consumer,
+          messageId,
+          new InboxError(
+            InboxErrorCodes.NOTHING_TO_RELEASE,
+            `nothing to release for ${JSON.stringify(messageId)} of ${JSON.stringify(consumer)}: ${state} and no attempts record; its next delivery runs it`,
+            { messageIds: [messageId], details: { consumer } },
+          ),
+        );
+      }
+      const after = await readMessageRows(tx, tables, consumer, messageId, false);
+      const audit = await writeAudit(tx, tables, { actor: options.actor, action: 'release', consumer, messageId, reason: options.reason, before, after });
+      return { action: 'release' as const, consumer, messageId, changes, before: side(before), after: side(after), audit };
+    }),
+  );
+}
+
+/**
+ * Gives a message a fresh retry budget by deleting its attempts record; audited like
+ * {@link releaseMessage}, refused for completed messages (`ALREADY_COMPLETED`) and when there is no
+ * attempts record (`NOTHING_TO_REQUEUE`: the budget is already fresh).
+ *
+ * Requeue does not send anything: replaying a dead-lettered message is done with the broker's own
+ * tools (a RabbitMQ shovel or `rabbitmqadmin`, `kcat` from the dead-letter topic, SQS DLQ redrive).
+ * The adapters already reset the budget when they record a dead-letter (the attempts row moves into
+ * the dead-letter table), so a replayed message starts from zero by itself; requeue is for budgets
+ * left behind: custom consume loops, dead-letters recorded by older versions, a replay that should
+ * run before the old record is purged.
+ */
+export async function requeueMessage(
+  db: AnyPgDatabase,
+  names: InboxTableNames,
+  consumer: string,
+  messageId: string,
+  options: RepairOptions,
+): Promise<RepairResult> {
+  assertRepairOptions(options);
+  const tables = adminTables(names);
+  return adminOperation('requeue', tables.resolved, () =>
+    db.transaction(async (tx) => {
+      const before = await readMessageRows(tx, tables, consumer, messageId, true);
+      assertNotCompleted(before, consumer, messageId, 'requeue');
+      const attempts = await deleteAttempts(tx, tables, consumer, messageId);
+      if (attempts === null) {
+        throw await notFound(
+          tx,
+          tables,
+          consumer,
+          messageId,
+          new InboxError(
+            InboxErrorCodes.NOTHING_TO_REQUEUE,
+            `nothing to requeue for ${JSON.stringify(messageId)} of ${JSON.stringify(consumer)}: it has no attempts record, so its retry budget is already fresh; replay it with the broker's tools`,
+            { messageIds: [messageId], details: { consumer } },
+          ),
+        );
+      }
+      const changes = [`attempts record removed (${attempts} failed attempt${attempts === 1 ? '' : 's'}): fresh retry budget`];
+      const after = await readMessageRows(tx, tables, consumer, messageId, false);
+      const audit = await writeAudit(tx, tables, { actor: options.actor, action: 'requeue', consumer, messageId, reason: options.reason, before, after });
+      return { action: 'requeue' as const, consumer, messageId, changes, before: side(before), after: side(after), audit };
+    }),
+  );
+}
