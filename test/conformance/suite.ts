@@ -60,6 +60,12 @@ export function conformanceSuite(name: string, createHarness: () => BrokerHarnes
       const rows = await t.query<{ message_id: string; n: number }>(`select message_id, count(*)::int as n from "${t.schema}".effects group by 1 order by 1`);
       return Object.fromEntries(rows.map((r) => [r.message_id, Number(r.n)]));
     };
+    /** The dead-letter records in the database (what `inboxed dead-letters` lists), oldest first. */
+    const deadLetterRows = () =>
+      t.query<{ message_id: string; reason: string; error_code: string | null; attempts: number; destination: string | null; source: string | null }>(
+        `select message_id, reason, error_code, attempts, destination, source from "${t.schema}".inbox_dead_letters order by id`,
+      );
+    const attemptRows = () => t.query<{ message_id: string; attempts: number }>(`select message_id, attempts from "${t.schema}".inbox_attempts`);
     const deadLetterFor = (id: string) => waitFor(`a dead-letter of ${id}`, async () => (await h.deadLetters()).find((d) => d.id === id), 30_000);
 
     it('a message delivered three times has one effect: processed once, acknowledged as a duplicate twice', async () => {
@@ -108,6 +114,13 @@ export function conformanceSuite(name: string, createHarness: () => BrokerHarnes
       expect(JSON.parse(dead.body)).toEqual({ kind: 'poison' });
       await drained();
       expect(await effects()).toEqual({});
+      // On record in the database too, with where it went and came from; its attempts record moved there.
+      const [row, ...more] = await deadLetterRows();
+      expect(more).toEqual([]);
+      expect(row).toMatchObject({ message_id: 'poison-1', reason: 'permanent-failure', error_code: 'PERMANENT_FAILURE', attempts: 1 });
+      expect(row?.destination).toMatch(new RegExp(`^(${h.broker}:|https?://)`));
+      expect(row?.source).toMatch(new RegExp(`^${h.broker}:`));
+      expect(await attemptRows()).toEqual([]);
     });
 
     it('a message failing maxAttempts times is dead-lettered as max-attempts-exceeded', async () => {
@@ -124,6 +137,57 @@ export function conformanceSuite(name: string, createHarness: () => BrokerHarnes
       await drained();
     });
 
+    it('dead-lettered after maxAttempts, then replayed from the dead-letter target: a fresh retry budget (retried, not dead-lettered at once), then processed', async () => {
+      let calls = 0;
+      await h.publish([{ id: 'replayed-1', payload: { n: 1 } }]);
+      const consumer = await start(
+        processor(
+          () => {
+            // Two failures in its first life, one after the replay, then it works.
+            if (++calls <= 3) throw new Error(`broken ${calls}`);
+          },
+          { maxAttempts: 2 },
+        ),
+      );
+      const dead = await deadLetterFor('replayed-1');
+      expect(dead).toMatchObject({ reason: 'max-attempts-exceeded' });
+      await drained();
+      expect(await deadLetterRows()).toMatchObject([
+        { message_id: 'replayed-1', reason: 'max-attempts-exceeded', error_code: 'MAX_ATTEMPTS_EXCEEDED', attempts: 2 },
+      ]);
+      expect(await attemptRows()).toEqual([]);
+
+      // What a replay tool does: the dead-letter's body back onto the destination, same message id.
+      const afterReplay: string[] = [];
+      consumer.on('retry', (outcome) => afterReplay.push(`retry:${outcome.reason}:${outcome.attempt}`));
+      consumer.on('dead_letter', (outcome) => afterReplay.push(`dead-letter:${outcome.reason}`));
+      recorder.clear();
+      await h.publish([{ id: 'replayed-1', payload: JSON.parse(dead.body) }]);
+      await recorder.waitFor('replayed-1', { status: 'processed', timeoutMs: 30_000 });
+      expect(afterReplay).toEqual(['retry:handler-failed:1']);
+      await drained();
+      expect(await effects()).toEqual({ 'replayed-1': 1 });
+      expect(await deadLetterRows()).toHaveLength(1);
+    });
+
+    it('a dead-letter that cannot be recorded in the database is not sent: the delivery comes back until it can be', async () => {
+      const codes: string[] = [];
+      const consumer = await start(
+        processor(() => {
+          throw new PermanentError('poison');
+        }),
+      );
+      consumer.on('error', (error) => codes.push(String(error.code)));
+      await t.query(`alter table "${t.schema}".inbox_dead_letters rename to inbox_dead_letters_away`);
+      await h.publish([{ id: 'unrecorded-1', payload: {} }]);
+      await waitFor('DEAD_LETTER_NOT_RECORDED', () => codes.includes('DEAD_LETTER_NOT_RECORDED'), 30_000);
+      expect((await h.deadLetters()).filter((d) => d.id === 'unrecorded-1')).toEqual([]);
+      await t.query(`alter table "${t.schema}".inbox_dead_letters_away rename to inbox_dead_letters`);
+      await deadLetterFor('unrecorded-1');
+      await drained();
+      expect(await deadLetterRows()).toMatchObject([{ message_id: 'unrecorded-1', reason: 'permanent-failure' }]);
+    });
+
     it('the same id with another payload is a conflict, dead-lettered as payload-mismatch; the first effect stands', async () => {
       await h.publish([
         { id: 'conflict-1', payload: { amount: 20 } },
@@ -133,6 +197,7 @@ export function conformanceSuite(name: string, createHarness: () => BrokerHarnes
       expect(await deadLetterFor('conflict-1')).toMatchObject({ reason: 'payload-mismatch', errorCode: 'PAYLOAD_MISMATCH' });
       await drained();
       expect(await effects()).toEqual({ 'conflict-1': 1 });
+      expect(await deadLetterRows()).toMatchObject([{ message_id: 'conflict-1', reason: 'payload-mismatch', error_code: 'PAYLOAD_MISMATCH' }]);
     });
 
     it('a body that is not JSON is dead-lettered as unparseable-body, and the outcome reaches processor observers', async () => {
@@ -149,6 +214,7 @@ export function conformanceSuite(name: string, createHarness: () => BrokerHarnes
       await waitFor('a missing-message-id dead-letter', async () => (await h.deadLetters()).find((d) => d.reason === 'missing-message-id'), 30_000);
       await drained();
       expect(await effects()).toEqual({});
+      expect(await deadLetterRows()).toMatchObject([{ message_id: '', reason: 'missing-message-id' }]);
     });
 
     it('a processor that throws (a broken middleware) leaves the delivery to be retried, never acknowledged', async () => {

@@ -63,6 +63,7 @@ export function createDeliveryHandler(context: DeliveryHandlerContext): Delivery
     publisher: context.publisher,
     topology: context.topology,
     events,
+    processor,
     requeueDelayMs: context.requeueDelayMs,
     beforeSettle: context.beforeSettle,
   });

@@ -1,5 +1,5 @@
-import type { InboxOutcome } from '@inboxed/core';
-import { actionFor, type ConsumerEventEmitter, sleep } from '@inboxed/core/adapter';
+import type { AnyInboxProcessor, InboxOutcome } from '@inboxed/core';
+import { actionFor, type ConsumerEventEmitter, recordDeadLetterOf, sleep } from '@inboxed/core/adapter';
 import type { ConsumeMessage } from 'amqplib';
 import type { AckStrategy } from './amqp-acks.js';
 import { deadLetterDestination, publishDeadLetter } from './amqp-dead-letter.js';
@@ -23,6 +23,8 @@ export interface SettlementContext {
   publisher: ConfirmedPublisher;
   topology: Topology;
   events: ConsumerEventEmitter;
+  /** The processor, whose `recordDeadLetter` puts every dead-letter on record before the copy is published. */
+  processor: AnyInboxProcessor;
   /** Pause before requeueing a delivery whose copy could not be published (so a broken target does not hot-loop). */
   requeueDelayMs: number;
   /** Test hook between the final outcome and the settle. */
@@ -35,9 +37,9 @@ export interface SettlementContext {
  * - `retry` (`retry`, and `busy`: another worker holds the lease, not now): publish a copy to the
  *   retry queue fitting `retryAfterMs`, wait for the broker's confirm, then ack the original: it was
  *   moved, not settled as done (a `busy` copy keeps its attempt; the event is `busy`, not `retry`);
- * - `dead-letter` (`dead-letter`, `conflict`): publish a copy to the dead-letter target with reason
- *   headers, wait for the confirm, then ack.
- * A copy that is not confirmed (or is returned as unroutable) leaves the original requeued after
+ * - `dead-letter` (`dead-letter`, `conflict`): record it in the dead-letters table, publish a copy to
+ *   the dead-letter target with reason headers, wait for the confirm, then ack.
+ * A dead-letter that cannot be recorded, or a copy that is not confirmed (or is returned as unroutable), leaves the original requeued after
  * `requeueDelayMs`, never acked. The outcome event is emitted only once the delivery is settled.
  */
 export function createSettlement(context: SettlementContext): (entry: Delivery, outcome: InboxOutcome) => Promise<void> {
@@ -69,6 +71,15 @@ export function createSettlement(context: SettlementContext): (entry: Delivery, 
       }
     }
     const action = actionFor(outcome.status);
+    if (action === 'dead-letter') {
+      const notRecorded = await recordDeadLetterOf(context.processor, outcome, { destination, source: `amqp:${topology.queue}` });
+      if (notRecorded !== undefined) {
+        events.emit('error', notRecorded);
+        await sleep(context.requeueDelayMs);
+        send(entry, false, outcome.messageId);
+        return;
+      }
+    }
     if (action !== 'ack') {
       try {
         if (action === 'retry') await publishRetryCopy(context.publisher, topology, entry.delivery, outcome, entry.id);

@@ -53,6 +53,11 @@ export const InboxErrorCodes = {
   INTERNAL_ERROR: 'INTERNAL_ERROR',
   /** A processor threw instead of resolving to an outcome (a middleware's bug). The delivery is retried, not counted. */
   PROCESSOR_THREW: 'PROCESSOR_THREW',
+  /**
+   * A broker consumer could not record a dead-letter decision in the inbox's dead-letters table, so it
+   * did not dead-letter the delivery: it comes back (not counted) and is dead-lettered once recording works.
+   */
+  DEAD_LETTER_NOT_RECORDED: 'DEAD_LETTER_NOT_RECORDED',
   /** A consumer's `stop()` gave up waiting for deliveries in flight after `stopTimeoutMs`; they are redelivered. */
   STOP_TIMEOUT: 'STOP_TIMEOUT',
   /** An option passed to inboxed is invalid. Thrown synchronously at construction time. */

@@ -42,6 +42,7 @@ export {
   type HandlerContext,
   type ProcessOptions,
   type OutcomeObserver,
+  type DeadLetterRecorder,
   type InboxProcessor,
   type InboxBatchProcessor,
   type AnyInboxProcessor,

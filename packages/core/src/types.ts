@@ -238,6 +238,12 @@ export interface ProcessOptions {
  */
 export type OutcomeObserver = (outcome: InboxOutcome) => void;
 
+/**
+ * Records a dead-letter decision with where the copy goes (`destination`) and where the delivery
+ * came from (`source`); see {@link InboxProcessor.recordDeadLetter}.
+ */
+export type DeadLetterRecorder = (outcome: InboxOutcome, place: { destination: string; source?: string | undefined }) => Promise<void>;
+
 /** A per-message processor built by {@link withInbox}, ready to hand to a broker adapter. */
 export interface InboxProcessor {
   (message: InboxMessage, options?: ProcessOptions): Promise<InboxOutcome>;
@@ -254,6 +260,14 @@ export interface InboxProcessor {
   checkTables(): Promise<void>;
   /** Adapters call it with every outcome they decide without the processor; see {@link OutcomeObserver}. A no-op unless a wrapper observes. */
   observe: OutcomeObserver;
+  /**
+   * Records a `dead-letter` or `conflict` outcome in the inbox's dead-letters table (and moves the
+   * message's attempts record there, so a replay from the dead-letter target starts with a fresh
+   * retry budget). Broker consumers call it before publishing the dead-letter copy; when it rejects,
+   * they do not dead-letter and the delivery comes back. Processors from `withInbox` and
+   * `withInboxBatch` have it; a wrapper must forward it (`wrapProcessor` does).
+   */
+  recordDeadLetter?: DeadLetterRecorder;
 }
 
 /** A batch processor built by {@link withInboxBatch}: outcomes come back in input order. */
@@ -265,6 +279,8 @@ export interface InboxBatchProcessor {
   checkTables(): Promise<void>;
   /** See {@link InboxProcessor.observe}. */
   observe: OutcomeObserver;
+  /** See {@link InboxProcessor.recordDeadLetter}. */
+  recordDeadLetter?: DeadLetterRecorder;
 }
 
 /** Either kind of processor; adapters accept both. */

@@ -1,5 +1,6 @@
 import { InboxError, InboxErrorCodes } from './errors.js';
 import { checkInboxTables } from './check-tables.js';
+import { recordDeadLetter as recordDeadLetterRow } from './dead-letters.js';
 import { internalFailure, outcomeOfFailure } from './failure.js';
 import { InboxStatementError, InboxStore } from './inbox-store.js';
 import { assertHandler, resolveOptions, type InboxOptions, type ResolvedOptions } from './options.js';
@@ -13,6 +14,7 @@ import {
   isRejection,
   OutcomeReasons,
   type AnyPgDatabase,
+  type DeadLetterRecorder,
   type InboxBatchProcessor,
   type InboxMessage,
   type InboxOutcome,
@@ -244,5 +246,6 @@ export function withInboxBatch<TDb extends AnyPgDatabase, TPayload = unknown>(
     return outcomes as InboxOutcome[];
   };
   const checkTables = () => checkInboxTables(resolved.db, resolved.tables, consumer);
-  return Object.assign(processor, { kind: 'batch' as const, consumer, checkTables, observe: () => {} });
+  const recordDeadLetter: DeadLetterRecorder = (outcome, place) => recordDeadLetterRow(resolved.db, resolved.tables, outcome, place);
+  return Object.assign(processor, { kind: 'batch' as const, consumer, checkTables, observe: () => {}, recordDeadLetter });
 }

@@ -1,4 +1,5 @@
 import { checkInboxTables } from './check-tables.js';
+import { recordDeadLetter as recordDeadLetterRow } from './dead-letters.js';
 import { internalFailure, outcomeOfFailure } from './failure.js';
 import { InboxStatementError, InboxStore } from './inbox-store.js';
 import { withLeasedInbox, type LeasedInboxHandler } from './leased/with-leased-inbox.js';
@@ -11,6 +12,7 @@ import { isStoredResult, parseStoredResult, type StoredResult } from './stored-r
 import {
   isRejection,
   type AnyPgDatabase,
+  type DeadLetterRecorder,
   type HandlerContext,
   type InboxMessage,
   type InboxOutcome,
@@ -138,5 +140,6 @@ function withTransactionalInbox<TDb extends AnyPgDatabase, TPayload>(
   const processor = (delivery: InboxMessage, options?: ProcessOptions): Promise<InboxOutcome> =>
     process(delivery, options).catch((error: unknown) => internalFailure(general, delivery, error));
   const checkTables = () => checkInboxTables(resolved.db, resolved.tables, consumer);
-  return Object.assign(processor, { kind: 'single' as const, consumer, checkTables, observe: () => {} });
+  const recordDeadLetter: DeadLetterRecorder = (outcome, place) => recordDeadLetterRow(resolved.db, resolved.tables, outcome, place);
+  return Object.assign(processor, { kind: 'single' as const, consumer, checkTables, observe: () => {}, recordDeadLetter });
 }

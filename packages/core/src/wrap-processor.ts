@@ -32,7 +32,12 @@ export function wrapProcessor(
   processor: InboxProcessor | InboxBatchProcessor,
   middleware: ProcessorMiddleware | BatchProcessorMiddleware,
 ): InboxProcessor | InboxBatchProcessor {
-  const shared = { consumer: processor.consumer, checkTables: () => processor.checkTables(), observe: (outcome: InboxOutcome) => processor.observe(outcome) };
+  const shared = {
+    consumer: processor.consumer,
+    checkTables: () => processor.checkTables(),
+    observe: (outcome: InboxOutcome) => processor.observe(outcome),
+    ...(processor.recordDeadLetter === undefined ? {} : { recordDeadLetter: processor.recordDeadLetter }),
+  };
   if (processor.kind === 'batch') {
     const around = middleware as BatchProcessorMiddleware;
     return Object.assign(

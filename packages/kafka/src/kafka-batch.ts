@@ -67,6 +67,7 @@ export function attachRuntime(deps: RuntimeDeps): KafkaRuntime {
     consumer: deps.consumer,
     producer: deps.producer,
     events: deps.events,
+    processor: deps.processor,
     group,
     holds,
     deadLetterTopic: deps.settings.deadLetterTopic,

@@ -1,5 +1,5 @@
-import type { InboxOutcome } from '@inboxed/core';
-import { actionFor, type ConsumerEventEmitter, redeliverAfterMs } from '@inboxed/core/adapter';
+import type { AnyInboxProcessor, InboxOutcome } from '@inboxed/core';
+import { actionFor, type ConsumerEventEmitter, recordDeadLetterOf, redeliverAfterMs } from '@inboxed/core/adapter';
 import { deadLetterTopicFor, sendDeadLetters, type DeadLetterTopicOption } from './kafka-dead-letter.js';
 import { groupRefusal, KafkaErrorCodes, kafkaError } from './kafka-errors.js';
 import type { GroupMembership } from './kafka-group.js';
@@ -30,6 +30,8 @@ export interface SettlementDeps {
   consumer: KafkaConsumerLike;
   producer: KafkaProducerLike;
   events: ConsumerEventEmitter;
+  /** The processor, whose `recordDeadLetter` puts every dead-letter on record before its copy is produced. */
+  processor: AnyInboxProcessor;
   group: GroupMembership;
   holds: PartitionHolds;
   deadLetterTopic: DeadLetterTopicOption | undefined;
@@ -96,9 +98,20 @@ export class Settlement {
     return this.deps.open() && this.deps.group.current(at.generation) && this.deps.group.owns(at.topic, at.partition);
   }
 
-  /** Produces the dead-letter copies (acks -1, awaited). False when that failed: the partition is then held at the first of them. */
+  /**
+   * Records the dead-letters in the database, then produces their copies (acks -1, awaited). False
+   * when either failed: the partition is then held at the first of them.
+   */
   private async deadLetter(at: ChunkPosition, dead: SettledRecord[]): Promise<boolean> {
     const { deps } = this;
+    const destination = `kafka:${deadLetterTopicFor(deps.deadLetterTopic, at.topic)}`;
+    for (const { outcome } of dead) {
+      const notRecorded = await recordDeadLetterOf(deps.processor, outcome, { destination, source: `kafka:${at.topic}/${at.partition}` });
+      if (notRecorded !== undefined) {
+        deps.events.emit('error', notRecorded);
+        return false;
+      }
+    }
     try {
       const source = { topic: at.topic, partition: at.partition, groupId: deps.groupId };
       await sendDeadLetters(deps.producer, deps.deadLetterTopic, source, dead);

@@ -89,6 +89,7 @@ export class SqsProcessing {
       redeliveryBackoff: s.redeliveryBackoff,
       receivedAt,
       events: this.events,
+      processor: s.processor,
       report,
       beforeSettle: s.beforeSettle,
     };

@@ -1,6 +1,6 @@
 import type { Message, SQSClient } from '@aws-sdk/client-sqs';
-import { describeError, type InboxError, type InboxOutcome } from '@inboxed/core';
-import { actionFor, type BackoffOptions, type ConsumerEventEmitter } from '@inboxed/core/adapter';
+import { type AnyInboxProcessor, describeError, type InboxError, type InboxOutcome } from '@inboxed/core';
+import { actionFor, type BackoffOptions, type ConsumerEventEmitter, recordDeadLetterOf } from '@inboxed/core/adapter';
 import { SqsErrorCodes } from './sqs-errors.js';
 import type { SqsBatchCalls, SqsEntry } from './sqs-batch-calls.js';
 import { sendToDeadLetter } from './sqs-dead-letter.js';
@@ -61,6 +61,8 @@ export interface SettlementContext {
   redeliveryBackoff: BackoffOptions;
   receivedAt: Date;
   events: ConsumerEventEmitter;
+  /** The processor, whose `recordDeadLetter` puts every dead-letter on record before its copy is sent. */
+  processor: AnyInboxProcessor;
   report(error: InboxError): void;
   beforeSettle: ((outcome: InboxOutcome) => void | Promise<void>) | undefined;
 }
@@ -99,6 +101,12 @@ export async function settle(entries: readonly ReceivedEntry[], outcomes: readon
           return;
         case 'dead-letter': {
           const dlq = ctx.deadLetterQueueUrl;
+          const notRecorded = await recordDeadLetterOf(ctx.processor, outcome, { destination: dlq ?? ctx.redriveDestination, source: `sqs:${ctx.queueUrl}` });
+          if (notRecorded !== undefined) {
+            ctx.report(notRecorded);
+            toDelay.push({ entry, outcome, settlement: 'failed', seconds: redelay(entry, undefined) });
+            return;
+          }
           if (dlq === undefined) {
             toDelay.push({ entry, outcome, settlement: 'left-for-redrive', destination: ctx.redriveDestination, seconds: redelay(entry, undefined) });
             return;

@@ -21,6 +21,7 @@ export { callProcessor } from './processor-call.js';
 export { decodePayload, isJsonContentType, UNPARSEABLE_BODY, UNPARSEABLE_BODY_REASON, type DecodedPayload, type PayloadMode } from './payload.js';
 export { actionFor, adapterDeadLetter, deadLetterHeaders, DeadLetterHeaders, redeliverAfterMs, type OutcomeAction } from './outcomes.js';
 export { InFlight } from './in-flight.js';
+export { recordDeadLetterOf } from './dead-letter-record.js';
 export { checkTablesAtStart } from './start-check.js';
 export { backoffDelay, sleep, type BackoffOptions } from '../backoff.js';
 export { checkMessageId, MAX_MESSAGE_ID_BYTES } from '../message-id.js';

@@ -1,4 +1,5 @@
 import { checkInboxTables } from '../check-tables.js';
+import { recordDeadLetter as recordDeadLetterRow } from '../dead-letters.js';
 import { InboxError, InboxErrorCodes } from '../errors.js';
 import { internalFailure, outcomeOfFailure } from '../failure.js';
 import { runWithDeadline } from '../handler-deadline.js';
@@ -13,6 +14,7 @@ import {
   isRejection,
   OutcomeReasons,
   type AnyPgDatabase,
+  type DeadLetterRecorder,
   type HandlerContext,
   type InboxMessage,
   type InboxOutcome,
@@ -233,5 +235,6 @@ export function withLeasedInbox<TDb extends AnyPgDatabase, TPayload>(
   const processor = (delivery: InboxMessage, options?: ProcessOptions): Promise<InboxOutcome> =>
     process(delivery, options).catch((error: unknown) => internalFailure(general, delivery, error));
   const checkTables = () => checkInboxTables(db, resolved.tables, consumer);
-  return Object.assign(processor, { kind: 'single' as const, consumer, checkTables, observe: () => {} });
+  const recordDeadLetter: DeadLetterRecorder = (outcome, place) => recordDeadLetterRow(db, resolved.tables, outcome, place);
+  return Object.assign(processor, { kind: 'single' as const, consumer, checkTables, observe: () => {}, recordDeadLetter });
 }
