@@ -86,6 +86,13 @@ export const InboxErrorCodes = {
   MODE_MISMATCH: 'MODE_MISMATCH',
   /** `storeResult(value)` got a value with no JSON form, or one larger than 64 KiB as JSON. */
   INVALID_RESULT: 'INVALID_RESULT',
+  /**
+   * A broker consumer's retention guard, with `strictRetention`: the inbox keeps message ids
+   * (`inboxRetentionMs`) for less time than the broker may redeliver a message (its redelivery
+   * horizon), or that horizon is unbounded or unknown. `start()` rejects; without `strictRetention`
+   * the consumer only warns.
+   */
+  RETENTION_TOO_SHORT: 'RETENTION_TOO_SHORT',
   /** Admin (`@inboxed/core/admin`, the `inboxed` CLI): the consumer has no row in any inbox table. */
   UNKNOWN_CONSUMER: 'UNKNOWN_CONSUMER',
   /** Admin: nothing is recorded for this message id (no inbox row, attempts, dead-letter or audit row). */

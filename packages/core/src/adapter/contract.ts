@@ -2,6 +2,7 @@ import type { AnyInboxProcessor, InboxOutcome } from '../types.js';
 import type { ConsumerEvents } from './events.js';
 import type { InboxLogger } from './logger.js';
 import type { PayloadMode } from './payload.js';
+import type { RedeliveryHorizon, RetentionGuardOptions } from './retention-guard.js';
 
 /**
  * Where a broker consumer is in its one lifecycle, the same for every adapter:
@@ -39,6 +40,13 @@ export interface InboxConsumer {
   status(): ConsumerStatus;
   /** Subscribes to an event (see {@link ConsumerEvents}); returns the function that unsubscribes. */
   on<K extends keyof ConsumerEvents>(event: K, listener: (...args: ConsumerEvents[K]) => void): () => void;
+  /**
+   * Asks the broker how long it may still redeliver a message (Kafka `retention.ms` and
+   * `segment.ms` per topic, SQS `MessageRetentionPeriod`, RabbitMQ the TTL of the queue the
+   * consumer declares): what `start()` compares `inboxRetentionMs` with (unless
+   * `redeliveryHorizonMs` is given). Never rejects: what cannot be read is `kind: 'unknown'`.
+   */
+  redeliveryHorizon(): Promise<RedeliveryHorizon[]>;
 }
 
 /**
@@ -56,8 +64,11 @@ export type MessageIdOptions<TDelivery, TKey extends 'header' | 'attribute' = 'h
   fallback?: boolean;
 };
 
-/** Options every broker consumer takes, with the same names and defaults. */
-export interface ConsumerOptions<TDelivery, TKey extends 'header' | 'attribute' = 'header'> {
+/**
+ * Options every broker consumer takes, with the same names and defaults; the retention guard's
+ * (`inboxRetentionMs`, `strictRetention`, `redeliveryHorizonMs`) are in {@link RetentionGuardOptions}.
+ */
+export interface ConsumerOptions<TDelivery, TKey extends 'header' | 'attribute' = 'header'> extends RetentionGuardOptions {
   /** A processor from `withInbox` (one transaction per message) or `withInboxBatch` (one per batch). */
   handler: AnyInboxProcessor;
   /** How long `stop()` waits for deliveries in flight, in ms. @defaultValue 30000 */

@@ -23,5 +23,14 @@ export { actionFor, adapterDeadLetter, deadLetterHeaders, DeadLetterHeaders, red
 export { InFlight } from './in-flight.js';
 export { recordDeadLetterOf } from './dead-letter-record.js';
 export { checkTablesAtStart } from './start-check.js';
+export {
+  checkRetentionHorizon,
+  formatDuration,
+  guardRetentionAtStart,
+  validateRetentionOptions,
+  type RedeliveryHorizon,
+  type RetentionFinding,
+  type RetentionGuardOptions,
+} from './retention-guard.js';
 export { backoffDelay, sleep, type BackoffOptions } from '../backoff.js';
 export { checkMessageId, MAX_MESSAGE_ID_BYTES } from '../message-id.js';
