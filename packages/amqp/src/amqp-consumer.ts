@@ -1,9 +1,18 @@
 import { isInboxError } from '@inboxed/core';
-import { backoffDelay, checkTablesAtStart, ConsumerEventEmitter, ConsumerLifecycle, type InboxConsumer, InFlight } from '@inboxed/core/adapter';
+import {
+  backoffDelay,
+  checkTablesAtStart,
+  ConsumerEventEmitter,
+  ConsumerLifecycle,
+  guardRetentionAtStart,
+  type InboxConsumer,
+  InFlight,
+} from '@inboxed/core/adapter';
 import { createDeliveryHandler } from './amqp-deliveries.js';
 import { AmqpErrorCodes, toAmqpError } from './amqp-errors.js';
 import { resolveMessageId } from './amqp-message.js';
 import { type AmqpConsumerOptions, resolveConsumerOptions } from './amqp-options.js';
+import { amqpRedeliveryHorizon } from './amqp-retention.js';
 import { cancelSession, closeSession, openSession, type Session, type SessionConfig } from './amqp-session.js';
 import { resolveTopology } from './amqp-topology.js';
 
@@ -69,6 +78,7 @@ export function createAmqpConsumer(options: AmqpConsumerOptions): InboxConsumer 
   const name = `amqp consumer of ${topology.queue}`;
   let current: Session | undefined;
   let loop: Promise<void> | undefined;
+  const redeliveryHorizon = async () => [amqpRedeliveryHorizon(topology, options.queueOptions)];
 
   const open = () =>
     openSession(config, ({ consumeChannel, publisher, markLost }) =>
@@ -152,6 +162,8 @@ export function createAmqpConsumer(options: AmqpConsumerOptions): InboxConsumer 
     {
       async begin(signal) {
         await checkTablesAtStart(processor, events);
+        // Before connecting: the horizon comes from the options, and a refusal leaves nothing open.
+        await guardRetentionAtStart(options, redeliveryHorizon, events.logger, name);
         let session: Session | 'aborted';
         const opening = open();
         const stop = aborted(signal);
@@ -201,5 +213,6 @@ export function createAmqpConsumer(options: AmqpConsumerOptions): InboxConsumer 
     stop: () => lifecycle.stop(),
     status: () => lifecycle.status(),
     on: (event, listener) => events.on(event, listener),
+    redeliveryHorizon,
   };
 }

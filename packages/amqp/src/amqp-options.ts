@@ -1,5 +1,5 @@
 import { InboxError, InboxErrorCodes, type AnyInboxProcessor, type BackoffOptions } from '@inboxed/core';
-import { type ConsumerOptions, DEFAULT_STOP_TIMEOUT_MS } from '@inboxed/core/adapter';
+import { type ConsumerOptions, DEFAULT_STOP_TIMEOUT_MS, validateRetentionOptions } from '@inboxed/core/adapter';
 import type { Channel, ConfirmChannel, ConsumeMessage, Options } from 'amqplib';
 import type { DeadLetterTarget } from './amqp-topology.js';
 
@@ -101,6 +101,7 @@ export function resolveConsumerOptions(options: AmqpConsumerOptions): ResolvedCo
   if (options === null || typeof options !== 'object') invalid('options are required');
   if ((options.url === undefined) === (options.connection === undefined)) invalid('pass exactly one of options.url and options.connection');
   validateProcessor(options.handler);
+  validateRetentionOptions(options);
   const { batchSize, batchWaitMs } = resolveBatch(options);
   // Batch mode: room for ~4 batches in flight, so one fills while others commit.
   const prefetch = options.prefetch ?? (options.handler.kind === 'batch' ? 4 * batchSize : 32);
