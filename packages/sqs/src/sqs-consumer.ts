@@ -1,8 +1,18 @@
-import { checkTablesAtStart, ConsumerEventEmitter, ConsumerLifecycle, defaultLogger, InFlight, type InboxConsumer } from '@inboxed/core/adapter';
+import {
+  checkTablesAtStart,
+  ConsumerEventEmitter,
+  ConsumerLifecycle,
+  defaultLogger,
+  guardRetentionAtStart,
+  InFlight,
+  type InboxConsumer,
+  type RedeliveryHorizon,
+} from '@inboxed/core/adapter';
 import { SqsErrorCodes, toSqsError } from './sqs-errors.js';
 import { checkHeartbeat, createProcessing, receiveSettings, type SqsConsumerOptions } from './sqs-options.js';
 import { poll } from './sqs-poller.js';
 import { sourceOf } from './sqs-message.js';
+import { sqsRedeliveryHorizon, unreadSqsHorizon } from './sqs-retention.js';
 
 /**
  * Polls an SQS queue and runs each message through an inbox processor, so its database effect
@@ -32,6 +42,7 @@ export function createSqsConsumer(options: SqsConsumerOptions): InboxConsumer {
   let started = false;
   /** Pollers whose last receive failed: connected means none. */
   let failing = 0;
+  const name = `sqs consumer ${sourceOf(queueUrl)}`;
 
   const lifecycle: ConsumerLifecycle = new ConsumerLifecycle(
     {
@@ -39,6 +50,7 @@ export function createSqsConsumer(options: SqsConsumerOptions): InboxConsumer {
         await checkTablesAtStart(processor, events);
         const info = await processing.queueInfo(true);
         checkHeartbeat(options.heartbeatIntervalMs, visibilityTimeoutSeconds ?? info.visibilityTimeoutSeconds);
+        await guardRetentionAtStart(options, async () => [sqsRedeliveryHorizon(info, queueUrl)], events.logger, name);
         if (deadLetterQueueUrl === undefined && info.redrive === undefined) {
           events.emit(
             'error',
@@ -86,7 +98,7 @@ export function createSqsConsumer(options: SqsConsumerOptions): InboxConsumer {
     events,
     inFlight,
     receive.stopTimeoutMs,
-    `sqs consumer ${sourceOf(queueUrl)}`,
+    name,
   );
 
   return {
@@ -94,5 +106,12 @@ export function createSqsConsumer(options: SqsConsumerOptions): InboxConsumer {
     stop: () => lifecycle.stop(),
     status: () => lifecycle.status(),
     on: (event, listener) => events.on(event, listener),
+    async redeliveryHorizon(): Promise<RedeliveryHorizon[]> {
+      try {
+        return [sqsRedeliveryHorizon(await processing.queueInfo(true), queueUrl)];
+      } catch (error) {
+        return [unreadSqsHorizon(queueUrl, error)];
+      }
+    },
   };
 }

@@ -6,6 +6,8 @@ import {
   DEFAULT_STOP_TIMEOUT_MS,
   type MessageIdOptions,
   type PayloadMode,
+  type RetentionGuardOptions,
+  validateRetentionOptions,
 } from '@inboxed/core/adapter';
 import { invalidOption } from './sqs-errors.js';
 import { messageMapping } from './sqs-message.js';
@@ -13,7 +15,7 @@ import { type ProcessingSettings, SqsProcessing } from './sqs-processing.js';
 import { MAX_VISIBILITY_TIMEOUT_SECONDS } from './sqs-visibility.js';
 
 /** Options of {@link createSqsHandler}; {@link createSqsConsumer} takes them all too. */
-export interface SqsHandlerOptions extends Omit<ConsumerOptions<Message, 'attribute'>, 'stopTimeoutMs'> {
+export interface SqsHandlerOptions extends Omit<ConsumerOptions<Message, 'attribute'>, 'stopTimeoutMs' | keyof RetentionGuardOptions> {
   /** The SQS client the messages are received (and deleted, extended, dead-lettered) with. */
   client: SQSClient;
   /** The queue the messages come from. */
@@ -69,8 +71,11 @@ export interface SqsHandlerOptions extends Omit<ConsumerOptions<Message, 'attrib
   batchSize?: number | undefined;
 }
 
-/** Options of {@link createSqsConsumer}. */
-export interface SqsConsumerOptions extends SqsHandlerOptions {
+/**
+ * Options of {@link createSqsConsumer}. The retention guard (`inboxRetentionMs`, `strictRetention`,
+ * `redeliveryHorizonMs`) compares with the queue's `MessageRetentionPeriod` at `start()`.
+ */
+export interface SqsConsumerOptions extends SqsHandlerOptions, RetentionGuardOptions {
   /** How long `stop()` waits for deliveries in flight, in ms. @defaultValue 30000 */
   stopTimeoutMs?: number | undefined;
   /** The most messages one `ReceiveMessage` returns (`MaxNumberOfMessages`), 1-10. @defaultValue 10 */
@@ -155,6 +160,7 @@ export function checkHeartbeat(heartbeatIntervalMs: number | undefined, visibili
 
 /** Validates and resolves the consumer's own options (throws `INVALID_OPTIONS`). */
 export function receiveSettings(options: SqsConsumerOptions): ReceiveSettings {
+  validateRetentionOptions(options);
   return {
     stopTimeoutMs: integerIn(options.stopTimeoutMs, DEFAULT_STOP_TIMEOUT_MS, 0, MAX_TIMER_MS, 'stopTimeoutMs'),
     receiveMaxMessages: integerIn(options.receiveMaxMessages, 10, 1, 10, 'receiveMaxMessages'),

@@ -6,16 +6,18 @@ export interface QueueInfo {
   /** The queue's default visibility timeout, in seconds. */
   visibilityTimeoutSeconds: number;
   fifo: boolean;
+  /** The queue's `MessageRetentionPeriod`, in seconds (absent when SQS did not return it). */
+  retentionPeriodSeconds?: number;
   /** The queue's redrive policy, when it has one. */
   redrive?: { deadLetterTargetArn: string; maxReceiveCount: number };
 }
 
-/** Reads the queue's visibility timeout, FIFO flag and redrive policy. Throws `SQS_QUEUE_UNAVAILABLE`. */
+/** Reads the queue's visibility timeout, FIFO flag, retention period and redrive policy. Throws `SQS_QUEUE_UNAVAILABLE`. */
 export async function readQueueInfo(client: SQSClient, queueUrl: string): Promise<QueueInfo> {
   let attributes: Record<string, string>;
   try {
     const result = await client.send(
-      new GetQueueAttributesCommand({ QueueUrl: queueUrl, AttributeNames: ['VisibilityTimeout', 'RedrivePolicy', 'FifoQueue'] }),
+      new GetQueueAttributesCommand({ QueueUrl: queueUrl, AttributeNames: ['VisibilityTimeout', 'RedrivePolicy', 'FifoQueue', 'MessageRetentionPeriod'] }),
     );
     attributes = result.Attributes ?? {};
   } catch (error) {
@@ -25,6 +27,8 @@ export async function readQueueInfo(client: SQSClient, queueUrl: string): Promis
     visibilityTimeoutSeconds: Number(attributes.VisibilityTimeout ?? 30),
     fifo: attributes.FifoQueue === 'true' || isFifoQueueUrl(queueUrl),
   };
+  const retention = Number(attributes.MessageRetentionPeriod);
+  if (attributes.MessageRetentionPeriod !== undefined && Number.isFinite(retention)) info.retentionPeriodSeconds = retention;
   if (attributes.RedrivePolicy !== undefined) {
     try {
       const policy = JSON.parse(attributes.RedrivePolicy) as { deadLetterTargetArn?: string; maxReceiveCount?: number | string };
