@@ -58,6 +58,8 @@ export const InboxErrorCodes = {
    * did not dead-letter the delivery: it comes back (not counted) and is dead-lettered once recording works.
    */
   DEAD_LETTER_NOT_RECORDED: 'DEAD_LETTER_NOT_RECORDED',
+  /** A retention run (`startInboxRetention`) failed for another reason than an outage, e.g. a statement hit its `statementTimeoutMs`. The schedule goes on. */
+  RETENTION_FAILED: 'RETENTION_FAILED',
   /** A consumer's `stop()` gave up waiting for deliveries in flight after `stopTimeoutMs`; they are redelivered. */
   STOP_TIMEOUT: 'STOP_TIMEOUT',
   /** An option passed to inboxed is invalid. Thrown synchronously at construction time. */

@@ -72,5 +72,6 @@ export {
   type InboxTables,
 } from './schema.js';
 export { migrate, type MigrateResult } from './migrations/migrate.js';
-export { purgeInbox, type PurgeOptions } from './retention.js';
+export { purgeInbox, type PurgeOptions, type PurgeResult } from './retention.js';
+export { startInboxRetention, type InboxRetention, type InboxRetentionOptions, type RetentionRun } from './retention-scheduler.js';
 export { inspectLeases, type LeaseReport } from './leased/lease-report.js';

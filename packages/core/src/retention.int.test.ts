@@ -21,7 +21,7 @@ describe.each(DRIVERS)('purgeInbox on %s', (driver) => {
     await t.query(`update "${t.schema}".inbox set completed_at = now() - interval '2 days'`);
     await a({ id: 'fresh', payload: 1 });
 
-    expect(await purgeInbox(t.db, { olderThanMs: 86_400_000, consumer: 'a', batchSize: 10, tables })).toEqual({ deleted: 25 });
+    expect(await purgeInbox(t.db, { olderThanMs: 86_400_000, consumer: 'a', batchSize: 10, tables })).toEqual({ deleted: 25, attemptsDeleted: 0 });
     const left = await t.query<{ consumer: string; message_id: string }>(`select consumer, message_id from "${t.schema}".inbox order by 1, 2`);
     expect(left).toEqual([
       { consumer: 'a', message_id: 'fresh' },
@@ -37,8 +37,18 @@ describe.each(DRIVERS)('purgeInbox on %s', (driver) => {
       ('a', 'live', 'processing', now() + interval '1 minute', now() - interval '2 days'),
       ('a', 'expired', 'processing', now() - interval '1 minute', now() - interval '2 days'),
       ('a', 'done', 'processed', null, now() - interval '2 days')`);
-    expect(await purgeInbox(t.db, { olderThanMs: 86_400_000, tables })).toEqual({ deleted: 2 });
+    expect(await purgeInbox(t.db, { olderThanMs: 86_400_000, tables })).toEqual({ deleted: 2, attemptsDeleted: 0 });
     expect(await t.query(`select message_id from "${t.schema}".inbox`)).toEqual([{ message_id: 'live' }]);
+  });
+
+  it('deletes stale attempts records in bounded batches too, leaving recent ones', async () => {
+    const tables = { schema: t.schema };
+    await t.query(`insert into "${t.schema}".inbox_attempts (consumer, message_id, attempts, last_attempt_at)
+      select 'c', 'stale-' || g, 1, now() - interval '2 days' from generate_series(1, 25) g`);
+    await t.query(`insert into "${t.schema}".inbox_attempts (consumer, message_id, attempts) values ('c', 'recent', 2)`);
+    expect(await purgeInbox(t.db, { olderThanMs: 86_400_000, batchSize: 10, maxBatches: 2, tables })).toEqual({ deleted: 0, attemptsDeleted: 20 });
+    expect(await purgeInbox(t.db, { olderThanMs: 86_400_000, batchSize: 10, tables })).toEqual({ deleted: 0, attemptsDeleted: 5 });
+    expect(await t.query(`select message_id from "${t.schema}".inbox_attempts`)).toEqual([{ message_id: 'recent' }]);
   });
 
   it('rejects a non-positive window', async () => {
