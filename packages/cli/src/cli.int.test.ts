@@ -1,0 +1,257 @@
+import { spawn } from 'node:child_process';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { createTestDatabase, databaseUrl, type TestDatabase } from '@inboxed/test-support';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { run } from './program.js';
+
+// The CLI as users run it (a child process: exit codes, stdout/stderr, --json), and in-process through
+// run() where a spawn (~1 s for node + tsx) would prove nothing more. Each test has its own schema.
+
+const CLI = join(dirname(fileURLToPath(import.meta.url)), 'cli.ts');
+
+interface Result {
+  code: number | null;
+  stdout: string;
+  stderr: string;
+}
+
+/** Runs `inboxed <args>` in a child process, as a shell would. */
+function spawnCli(args: string[], env: NodeJS.ProcessEnv = {}): Promise<Result> {
+  return new Promise((resolve, reject) => {
+    const { DATABASE_URL: _ignored, ...parent } = process.env;
+    const child = spawn(process.execPath, ['--conditions=@inboxed/source', '--import', 'tsx', CLI, ...args], {
+      env: { ...parent, NO_COLOR: '1', ...env },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.setEncoding('utf8').on('data', (chunk: string) => (stdout += chunk));
+    child.stderr.setEncoding('utf8').on('data', (chunk: string) => (stderr += chunk));
+    child.on('error', reject);
+    child.on('close', (code) => resolve({ code, stdout, stderr }));
+  });
+}
+
+/** Runs the same program in-process. */
+async function runCli(args: string[], env: NodeJS.ProcessEnv = {}): Promise<Result> {
+  let stdout = '';
+  let stderr = '';
+  const io = {
+    stdout: (text: string) => {
+      stdout += text;
+    },
+    stderr: (text: string) => {
+      stderr += text;
+    },
+  };
+  const code = await run(args, { io, env });
+  return { code, stdout, stderr };
+}
+
+const json = (result: Result) => JSON.parse(result.stdout) as any;
+
+describe('inboxed', () => {
+  let t: TestDatabase;
+  let db: string[];
+  const q = (text: string) => t.query(text.replaceAll('$S', `"${t.schema}"`));
+  const migrated = async () => expect((await runCli(['migrate', ...db])).code).toBe(0);
+  const seed = async () => {
+    await migrated();
+    await q(`insert into $S.inbox (consumer, message_id, status, reason, completed_at, lease_expires_at, fencing_token) values
+      ('billing', 'done', 'processed', null, now() - interval '10 days', null, 1),
+      ('billing', 'refused', 'rejected', 'bad-card', now() - interval '1 hour', null, 1),
+      ('billing', 'stuck', 'processing', null, now() - interval '20 minutes', now() + interval '1 hour', 3)`);
+    await q(`insert into $S.inbox_attempts (consumer, message_id, attempts, last_error, last_error_code) values
+      ('billing', 'stuck', 2, 'provider timeout', 'HANDLER_FAILED'),
+      ('billing', 'done', 1, 'old failure', 'HANDLER_FAILED'),
+      ('billing', 'poison', 4, 'boom', 'HANDLER_FAILED')`);
+    await q(`insert into $S.inbox_dead_letters (consumer, message_id, reason, error_code, attempts, destination, dead_lettered_at) values
+      ('billing', 'poison', 'max-attempts-exceeded', 'MAX_ATTEMPTS_EXCEEDED', 5, 'amqp:billing.dlq', now() - interval '30 minutes'),
+      ('billing', 'ancient', 'permanent-failure', 'PERMANENT_FAILURE', 1, 'amqp:billing.dlq', now() - interval '3 days')`);
+  };
+
+  beforeEach(async () => {
+    t = await createTestDatabase('node-postgres', { poolSize: 2, label: 'cli' });
+    db = ['--database-url', databaseUrl(), '--schema', t.schema];
+  });
+  afterEach(async () => {
+    await t?.close();
+  });
+
+  it('migrate --check exits 1 listing pending versions, migrate applies them, then --check exits 0', async () => {
+    const before = await spawnCli(['migrate', '--check', '--json', ...db]);
+    expect(before.code, before.stderr).toBe(1);
+    expect(json(before)).toMatchObject({ upToDate: false, pending: [{ version: 1 }, { version: 2 }, { version: 3 }] });
+    const human = await runCli(['migrate', '--check', ...db]);
+    expect(human).toMatchObject({ code: 1, stdout: expect.stringContaining('0003_dead_letters_and_audit') });
+    // Tables missing: every other command says so with its own exit code.
+    const missing = await runCli(['status', ...db]);
+    expect(missing.code).toBe(4);
+    expect(missing.stderr).toContain('[INBOX_TABLE_MISSING]');
+
+    const applied = await runCli(['migrate', '--json', ...db]);
+    expect(applied.code).toBe(0);
+    expect(json(applied)).toEqual({ applied: [1, 2, 3], version: 3 });
+    const after = await spawnCli(['migrate', '--check', ...db]);
+    expect(after.code, after.stderr).toBe(0);
+    expect(after.stdout).toContain('Up to date');
+    expect(await runCli(['migrate', ...db])).toMatchObject({ code: 0, stdout: expect.stringContaining('Up to date') });
+  });
+
+  it('status reports every consumer, as a table and as JSON; an unknown consumer exits 5', async () => {
+    await seed();
+    const spawned = await spawnCli(['status', '--json', '--consumer', 'billing', ...db]);
+    expect(spawned.code, spawned.stderr).toBe(0);
+    const [billing] = json(spawned).consumers;
+    expect(billing).toMatchObject({ consumer: 'billing', counts: { processed: 1, rejected: 1, processing: 1 }, failingCount: 3, deadLetters: 2 });
+    expect(billing.oldestProcessingAgeMs).toBeGreaterThanOrEqual(20 * 60_000 - 5_000);
+    expect(billing.oldestCompletedAgeMs).toBeGreaterThanOrEqual(10 * 86_400_000 - 60_000);
+    expect(billing.failing.map((f: any) => f.messageId).sort()).toEqual(['done', 'poison', 'stuck']);
+
+    const table = await runCli(['status', ...db]);
+    expect(table.code).toBe(0);
+    expect(table.stdout).toMatch(/^CONSUMER\s+PROCESSED\s+REJECTED\s+PROCESSING\s+OLDEST CLAIM\s+FAILING\s+DEAD-LETTERS\s+OLDEST COMPLETED\n/);
+    expect(table.stdout).toMatch(/billing\s+1\s+1\s+1\s+20m \d+s\s+3\s+2\s+10d 0h/);
+    expect(table.stdout).toContain('Failing messages of billing:');
+
+    const unknown = await runCli(['status', '--consumer', 'bililng', '--json', ...db]);
+    expect(unknown.code).toBe(5);
+    expect(json(unknown)).toMatchObject({ error: { code: 'UNKNOWN_CONSUMER', exitCode: 5 } });
+    expect(unknown.stderr).toContain('[UNKNOWN_CONSUMER]');
+  });
+
+  it('inspect shows the inbox row, attempts, dead-letters and repairs; unknown messages exit 5', async () => {
+    await seed();
+    const spawned = await spawnCli(['inspect', 'billing', 'poison', '--json', ...db]);
+    expect(spawned.code, spawned.stderr).toBe(0);
+    expect(json(spawned)).toMatchObject({
+      consumer: 'billing',
+      messageId: 'poison',
+      inbox: null,
+      attempts: { attempts: 4, lastErrorCode: 'HANDLER_FAILED' },
+      deadLetters: [{ reason: 'max-attempts-exceeded', destination: 'amqp:billing.dlq', attempts: 5 }],
+      audit: [],
+    });
+    const human = await runCli(['inspect', 'billing', 'stuck', ...db]);
+    expect(human.code).toBe(0);
+    expect(human.stdout).toMatch(/status:\s+processing/);
+    expect(human.stdout).toMatch(/fencing token:\s+3/);
+    expect(human.stdout).toMatch(/last error code:\s+HANDLER_FAILED/);
+    expect(human.stdout).toMatch(/lease expires:\s+\S+ \(\d+m \d+s left\)/);
+    expect(await runCli(['inspect', 'billing', 'nope', ...db])).toMatchObject({ code: 5, stderr: expect.stringContaining('[MESSAGE_NOT_FOUND]') });
+    expect(await runCli(['inspect', 'nobody', 'nope', ...db])).toMatchObject({ code: 5, stderr: expect.stringContaining('[UNKNOWN_CONSUMER]') });
+  });
+
+  it('release frees a stuck claim and clears its attempts, audited with the actor, reason and rows before/after', async () => {
+    await seed();
+    const released = await spawnCli(['release', 'billing', 'stuck', '--reason', 'worker host died', '--actor', 'ops-alice', '--json', ...db]);
+    expect(released.code, released.stderr).toBe(0);
+    expect(json(released)).toMatchObject({ action: 'release', messageId: 'stuck', audit: { actor: 'ops-alice', reason: 'worker host died' } });
+    expect(await q(`select status, fencing_token, lease_expires_at <= now() as free from $S.inbox where message_id = 'stuck'`)).toEqual([
+      { status: 'processing', fencing_token: 3, free: true },
+    ]);
+    expect(await q(`select 1 from $S.inbox_attempts where message_id = 'stuck'`)).toEqual([]);
+    const [audit] = (await q(`select actor, action, consumer, message_id, reason, before, after from $S.inbox_audit`)) as any[];
+    expect(audit).toMatchObject({ actor: 'ops-alice', action: 'release', consumer: 'billing', message_id: 'stuck', reason: 'worker host died' });
+    expect(audit.before).toMatchObject({ inbox: { status: 'processing', fencing_token: 3 }, attempts: { attempts: 2, last_error_code: 'HANDLER_FAILED' } });
+    expect(audit.after).toMatchObject({ inbox: { status: 'processing', fencing_token: 3 }, attempts: null });
+    expect(Date.parse(audit.after.inbox.lease_expires_at)).toBeLessThan(Date.parse(audit.before.inbox.lease_expires_at));
+
+    // The human form, and the release shows up in inspect's repairs.
+    const inspected = await runCli(['inspect', 'billing', 'stuck', ...db]);
+    expect(inspected.stdout).toMatch(/release\s+ops-alice\s+worker host died/);
+    // Nothing left to release now: refused, exit 5.
+    expect(await runCli(['release', 'billing', 'stuck', '--reason', 'again', ...db])).toMatchObject({
+      code: 5,
+      stderr: expect.stringContaining('[NOTHING_TO_RELEASE]'),
+    });
+    // --reason is required.
+    expect(await runCli(['release', 'billing', 'stuck', ...db])).toMatchObject({ code: 2, stderr: expect.stringContaining('--reason') });
+  });
+
+  it('release refuses a processed row: exit 5, row and attempts unchanged, no audit row', async () => {
+    await seed();
+    const before = await q(`select * from $S.inbox where message_id = 'done'`);
+    const refused = await spawnCli(['release', 'billing', 'done', '--reason', 'looks stuck', '--json', ...db]);
+    expect(refused.code).toBe(5);
+    expect(refused.stderr).toContain('[ALREADY_COMPLETED]');
+    expect(json(refused)).toMatchObject({ error: { code: 'ALREADY_COMPLETED', exitCode: 5 } });
+    expect(await q(`select * from $S.inbox where message_id = 'done'`)).toEqual(before);
+    expect(await q(`select attempts from $S.inbox_attempts where message_id = 'done'`)).toEqual([{ attempts: 1 }]);
+    expect(await q(`select count(*)::int as n from $S.inbox_audit`)).toEqual([{ n: 0 }]);
+    expect(await runCli(['requeue', 'billing', 'refused', '--reason', 'retry', ...db])).toMatchObject({
+      code: 5,
+      stderr: expect.stringContaining('[ALREADY_COMPLETED]'),
+    });
+  });
+
+  it('dead-letters lists records newest first, filtered by consumer, --since and --limit', async () => {
+    await seed();
+    const recent = await spawnCli(['dead-letters', '--since', '2h', '--json', ...db]);
+    expect(recent.code, recent.stderr).toBe(0);
+    expect(json(recent).deadLetters.map((d: any) => d.messageId)).toEqual(['poison']);
+    const all = await runCli(['dead-letters', '--consumer', 'billing', '--json', ...db]);
+    expect(json(all).deadLetters.map((d: any) => d.messageId)).toEqual(['poison', 'ancient']);
+    const since = new Date(Date.now() - 5 * 86_400_000).toISOString();
+    const table = await runCli(['dead-letters', '--since', since, '--limit', '1', ...db]);
+    expect(table.code).toBe(0);
+    expect(table.stdout.trim().split('\n')).toHaveLength(2);
+    expect(table.stdout).toMatch(/billing\s+poison\s+max-attempts-exceeded\s+MAX_ATTEMPTS_EXCEEDED\s+5\s+amqp:billing.dlq/);
+    expect(await runCli(['dead-letters', '--since', 'yesterday', ...db])).toMatchObject({ code: 2, stderr: expect.stringContaining('[USAGE_ERROR]') });
+    expect(await runCli(['dead-letters', '--limit', '0', ...db])).toMatchObject({ code: 2 });
+    expect(await runCli(['dead-letters', '--consumer', 'nobody', ...db])).toMatchObject({ code: 5 });
+  });
+
+  it('requeue clears the attempts record of a dead-lettered message, audited; a fresh budget is refused', async () => {
+    await seed();
+    const requeued = await spawnCli(['requeue', 'billing', 'poison', '--reason', 'fixed the parser', '--actor', 'bob', '--json', ...db]);
+    expect(requeued.code, requeued.stderr).toBe(0);
+    expect(json(requeued)).toMatchObject({ action: 'requeue', before: { attempts: { attempts: 4 } }, after: { inbox: null, attempts: null } });
+    expect(await q(`select 1 from $S.inbox_attempts where message_id = 'poison'`)).toEqual([]);
+    expect(await q(`select actor, action, message_id, reason, after from $S.inbox_audit`)).toEqual([
+      { actor: 'bob', action: 'requeue', message_id: 'poison', reason: 'fixed the parser', after: { inbox: null, attempts: null } },
+    ]);
+    // The dead-letter record stays: it is history, not state.
+    expect(await q(`select count(*)::int as n from $S.inbox_dead_letters where message_id = 'poison'`)).toEqual([{ n: 1 }]);
+    expect(await runCli(['requeue', 'billing', 'poison', '--reason', 'again', ...db])).toMatchObject({
+      code: 5,
+      stderr: expect.stringContaining('[NOTHING_TO_REQUEUE]'),
+    });
+  });
+
+  it('purge --dry-run counts and deletes nothing; the real run deletes with core’s purge and is audited', async () => {
+    await seed();
+    const dry = await spawnCli(['purge', '--older-than', '7d', '--dry-run', '--json', ...db]);
+    expect(dry.code, dry.stderr).toBe(0);
+    expect(json(dry)).toEqual({ dryRun: true, olderThanMs: 604_800_000, consumer: null, wouldDelete: { inbox: 1, attempts: 0 } });
+    expect(await q(`select count(*)::int as n from $S.inbox`)).toEqual([{ n: 3 }]);
+    expect(await q(`select count(*)::int as n from $S.inbox_audit`)).toEqual([{ n: 0 }]);
+
+    const real = await runCli(['purge', '--older-than', '7d', '--consumer', 'billing', '--batch-size', '1', '--actor', 'cron', '--json', ...db]);
+    expect(real.code, real.stderr).toBe(0);
+    expect(json(real)).toMatchObject({ dryRun: false, deleted: 1, audit: { actor: 'cron', action: 'purge', consumer: 'billing' } });
+    expect(await q(`select message_id from $S.inbox order by 1`)).toEqual([{ message_id: 'refused' }, { message_id: 'stuck' }]);
+    expect(await q(`select actor, action, consumer, after from $S.inbox_audit`)).toEqual([
+      { actor: 'cron', action: 'purge', consumer: 'billing', after: { deleted: 1, olderThanMs: 604_800_000, batchSize: 1 } },
+    ]);
+    for (const bad of ['7', '7 days', '1.5h', '0s', '-1d']) {
+      expect(await runCli(['purge', '--older-than', bad, ...db]), bad).toMatchObject({ code: 2, stderr: expect.stringContaining('[USAGE_ERROR]') });
+    }
+    expect(await runCli(['purge', ...db])).toMatchObject({ code: 2, stderr: expect.stringContaining('--older-than') });
+  });
+
+  it('says clearly when there is no database URL, a bad one, or no server behind it', async () => {
+    const none = await spawnCli(['status']);
+    expect(none.code).toBe(2);
+    expect(none.stderr).toContain('[DATABASE_URL_MISSING]');
+    expect(await runCli(['status', '--database-url', 'mysql://x@y/z'])).toMatchObject({ code: 3, stderr: expect.stringContaining('[DATABASE_URL_INVALID]') });
+    expect(await runCli(['status', '--database-url', 'not a url'])).toMatchObject({ code: 3, stderr: expect.stringContaining('[DATABASE_URL_INVALID]') });
+    const down = await runCli(['status', '--json'], { DATABASE_URL: 'postgres://postgres:secret@127.0.0.1:1/test' });
+    expect(down.code).toBe(3);
+    expect(json(down)).toMatchObject({ error: { code: 'DATABASE_UNAVAILABLE', exitCode: 3 } });
+    expect(down.stderr).not.toContain('secret');
+    expect(await runCli(['status', ...db, '--table', 'bad-name'])).toMatchObject({ code: 2, stderr: expect.stringContaining('[INVALID_IDENTIFIER]') });
+    expect(await runCli(['frobnicate'])).toMatchObject({ code: 2, stderr: expect.stringContaining('[USAGE_ERROR]') });
+  });
+});
