@@ -6,13 +6,16 @@ import {
   ConsumerLifecycle,
   DEFAULT_STOP_TIMEOUT_MS,
   defaultLogger,
+  guardRetentionAtStart,
   InFlight,
+  validateRetentionOptions,
   type ConsumerStatus,
   type InboxConsumer,
 } from '@inboxed/core/adapter';
 import { attachRuntime, type KafkaRuntime } from './kafka-batch.js';
 import { KafkaErrorCodes, kafkaError } from './kafka-errors.js';
 import { processingSettings, type KafkaConsumerOptions } from './kafka-options.js';
+import { readKafkaHorizons } from './kafka-retention.js';
 import type { KafkaConsumerLike, KafkaProducerLike } from './kafka-types.js';
 
 /** One kafkajs consumer with its processing side; a crash kafkajs does not recover from replaces it. */
@@ -59,6 +62,7 @@ export function createKafkaConsumer(options: KafkaConsumerOptions): InboxConsume
   const settings = processingSettings(handler, options);
   const topics = asList(options.topics);
   if (topics.length === 0) throw new InboxError(InboxErrorCodes.INVALID_OPTIONS, 'options.topics must name at least one topic');
+  validateRetentionOptions(options);
   const stopTimeoutMs = options.stopTimeoutMs ?? DEFAULT_STOP_TIMEOUT_MS;
   const events = new ConsumerEventEmitter(options.logger ?? defaultLogger);
   const inFlight = new InFlight();
@@ -164,6 +168,8 @@ export function createKafkaConsumer(options: KafkaConsumerOptions): InboxConsume
     {
       async begin() {
         await checkTablesAtStart(handler, events);
+        // Before anything connects: a refusal leaves nothing open.
+        await guardRetentionAtStart(options, () => readKafkaHorizons(kafka, topics), events.logger, name);
         producer = options.producer ?? kafka.producer({ idempotent: idempotentDeadLetters ?? true, maxInFlightRequests: 1, ...producerConfig });
         try {
           if (options.producer === undefined) await producer.connect();
@@ -212,6 +218,7 @@ export function createKafkaConsumer(options: KafkaConsumerOptions): InboxConsume
     start: () => lifecycle.start(),
     stop: () => lifecycle.stop(),
     on: (event, listener) => events.on(event, listener),
+    redeliveryHorizon: () => readKafkaHorizons(kafka, topics),
     status(): ConsumerStatus {
       const status = lifecycle.status();
       return { ...status, consuming: status.consuming && (session?.runtime.consuming() ?? false) };

@@ -115,8 +115,25 @@ export interface KafkaProducerConfigLike {
   [key: string]: unknown;
 }
 
+/** A topic's configuration as `admin.describeConfigs` returns it. */
+export interface KafkaTopicConfigsLike {
+  resources: { resourceName: string; errorCode: number; errorMessage?: string | null; configEntries: { configName: string; configValue: string | null }[] }[];
+}
+
+/** The admin methods the retention guard calls (reading a topic's `retention.ms`, `segment.ms` and `cleanup.policy`). */
+export interface KafkaAdminLike {
+  connect(): Promise<void>;
+  disconnect(): Promise<void>;
+  /** Resolves topic patterns; without it a pattern's horizon is unknown. */
+  listTopics?(): Promise<string[]>;
+  /** kafkajs `describeConfigs`; resource `type` 2 is a topic (`ConfigResourceTypes.TOPIC`). */
+  describeConfigs(request: { resources: { type: number; name: string; configNames?: string[] }[]; includeSynonyms: boolean }): Promise<KafkaTopicConfigsLike>;
+}
+
 /** A kafkajs `Kafka` instance, or anything that makes compatible consumers and producers. */
 export interface KafkaLike {
   consumer(config: KafkaConsumerConfigLike): KafkaConsumerLike;
   producer(config?: KafkaProducerConfigLike): KafkaProducerLike;
+  /** Used by the retention guard only; without it the topics' horizons are unknown. */
+  admin?(): KafkaAdminLike;
 }
