@@ -1,4 +1,5 @@
 import { InboxError, InboxErrorCodes } from './errors.js';
+import { recordHandler } from './telemetry/instruments.js';
 
 /** @internal The handler ran past `handlerTimeoutMs`. Counted as a failed attempt (`HANDLER_TIMEOUT`). */
 export function handlerTimeoutError(timeoutMs: number, cause?: unknown): InboxError {
@@ -19,8 +20,29 @@ export function handlerTimeoutError(timeoutMs: number, cause?: unknown): InboxEr
  * is a timeout. Only when `abandon` is given (a driver that can cut the handler's connection, so its
  * later statements fail) and the handler ignores the signal for another `timeoutMs`, is it
  * abandoned: the connection is cut and the timeout thrown without waiting further.
+ * With `consumer`, the call is recorded as `inboxed.handler.duration`.
  */
 export async function runWithDeadline<T>(
+  timeoutMs: number | null,
+  outer: AbortSignal | undefined,
+  call: (signal: AbortSignal) => Promise<T>,
+  abandon?: () => void,
+  consumer?: string,
+): Promise<T> {
+  if (consumer === undefined) return runBounded(timeoutMs, outer, call, abandon);
+  // `inboxed.handler.duration`: the handler's own time, timeouts (`error.type` HANDLER_TIMEOUT) included.
+  const started = performance.now();
+  try {
+    const value = await runBounded(timeoutMs, outer, call, abandon);
+    recordHandler(consumer, (performance.now() - started) / 1000, undefined);
+    return value;
+  } catch (thrown) {
+    recordHandler(consumer, (performance.now() - started) / 1000, { thrown });
+    throw thrown;
+  }
+}
+
+async function runBounded<T>(
   timeoutMs: number | null,
   outer: AbortSignal | undefined,
   call: (signal: AbortSignal) => Promise<T>,

@@ -75,3 +75,4 @@ export { migrate, type MigrateResult } from './migrations/migrate.js';
 export { purgeInbox, type PurgeOptions, type PurgeResult } from './retention.js';
 export { startInboxRetention, type InboxRetention, type InboxRetentionOptions, type RetentionRun } from './retention-scheduler.js';
 export { inspectLeases, type LeaseReport } from './leased/lease-report.js';
+export { configureTelemetry, type InboxTelemetryOptions, type MeterProviderLike, type TracerProviderLike } from './telemetry/api.js';

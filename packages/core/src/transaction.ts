@@ -1,8 +1,11 @@
 import { sleep } from './backoff.js';
 import { drizzleTransaction } from './drivers/drizzle.js';
 import { nodePostgresTarget, nodePostgresTransaction } from './drivers/node-postgres.js';
+import { describeError } from './error-text.js';
 import type { ClaimRow, InboxStore } from './inbox-store.js';
 import type { ResolvedOptions } from './options.js';
+import { Attr, recordTransaction } from './telemetry/instruments.js';
+import { startInternalSpan } from './telemetry/spans.js';
 import type { TransactionFailure } from './transaction-failures.js';
 import type { AnyPgDatabase, TransactionOf } from './types.js';
 
@@ -33,19 +36,48 @@ export type TransactionResult<T> = { ok: true; value: T } | { ok: false; failure
 /**
  * @internal One inbox transaction: claim, body, completion check, commit. Re-runs the whole
  * transaction when PostgreSQL reports a serialization failure or deadlock (safe: the failed run was
- * rolled back whole), up to `transactionRetries` times.
+ * rolled back whole), up to `transactionRetries` times. With OpenTelemetry: one `inboxed transaction`
+ * span over all runs (a child of the active delivery span), `inboxed.transaction.duration` and
+ * `inboxed.transaction.conflicts`.
  */
 export async function runInboxTransaction<TDb extends AnyPgDatabase, T>(
   options: ResolvedOptions<TDb, unknown>,
   store: InboxStore,
   plan: TransactionPlan<TDb, T>,
 ): Promise<TransactionResult<T>> {
-  const target = nodePostgresTarget(options.db);
-  await store.pinSchema(options.db);
-  for (let run = 0; ; run++) {
-    const result = target !== undefined ? await nodePostgresTransaction(target, options, store, plan) : await drizzleTransaction(options, store, plan);
-    if (result.ok || result.failure.kind !== 'conflict' || run >= options.transactionRetries) return result;
-    // Short, jittered and growing: the competing transaction usually finishes within milliseconds.
-    await sleep(Math.random() * 10 * 2 ** run);
+  // `complete`: leased mode's fenced completion (its claim committed earlier); `process`: claim, handler, commit.
+  const operation = plan.rows.length === 0 && plan.verifyIds !== undefined ? 'complete' : 'process';
+  const ids = plan.rows.length > 0 ? plan.rows.map((row) => row.messageId) : (plan.verifyIds ?? []);
+  const span = startInternalSpan(
+    'inboxed transaction',
+    { [Attr.CONSUMER]: options.consumer, [Attr.TRANSACTION_OPERATION]: operation, [Attr.BATCH_COUNT]: ids.length },
+    ids,
+  );
+  const started = performance.now();
+  let runs = 0;
+  let conflicts = 0;
+  const attempt = async (): Promise<TransactionResult<T>> => {
+    const target = nodePostgresTarget(options.db);
+    await store.pinSchema(options.db);
+    for (let run = 0; ; run++) {
+      runs = run + 1;
+      const result = target !== undefined ? await nodePostgresTransaction(target, options, store, plan) : await drizzleTransaction(options, store, plan);
+      if (!result.ok && result.failure.kind === 'conflict') conflicts++;
+      if (result.ok || result.failure.kind !== 'conflict' || run >= options.transactionRetries) return result;
+      // Short, jittered and growing: the competing transaction usually finishes within milliseconds.
+      await sleep(Math.random() * 10 * 2 ** run);
+    }
+  };
+  let result: TransactionResult<T> | undefined;
+  try {
+    result = span === undefined ? await attempt() : await span.run(attempt);
+    return result;
+  } finally {
+    const ended = result === undefined ? 'error' : result.ok ? 'committed' : result.failure.kind;
+    recordTransaction(options.consumer, operation, (performance.now() - started) / 1000, ended, conflicts);
+    span?.end(
+      { [Attr.TRANSACTION_RESULT]: ended, [Attr.TRANSACTION_RUNS]: runs },
+      result?.ok === true ? undefined : { type: ended, message: result === undefined ? 'the transaction threw' : describeError(result.failure.error) },
+    );
   }
 }

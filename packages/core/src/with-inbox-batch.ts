@@ -157,6 +157,7 @@ export function withInboxBatch<TDb extends AnyPgDatabase, TPayload = unknown>(
                 { consumer, signal },
               ),
             abandon,
+            consumer,
           );
           for (const {
             index,

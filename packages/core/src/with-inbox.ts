@@ -121,6 +121,7 @@ function withTransactionalInbox<TDb extends AnyPgDatabase, TPayload>(
           options?.signal,
           async (signal) => handler(message, tx, { consumer, attempt, signal } satisfies HandlerContext),
           abandon,
+          consumer,
         );
         if (isRejection(returned)) {
           const reason = rejectionReason(returned);

@@ -1,6 +1,8 @@
 import { EventEmitter } from 'node:events';
 import { describeError } from '../error-text.js';
 import { InboxError } from '../errors.js';
+import { messagingAttributes, recordSettled, registerInFlight } from '../telemetry/instruments.js';
+import type { MessagingContext } from '../telemetry/spans.js';
 import { OutcomeReasons, type InboxOutcome } from '../types.js';
 import { defaultLogger, type InboxLogger } from './logger.js';
 
@@ -53,6 +55,15 @@ const INFRASTRUCTURE_REASONS = new Set<string>([
   OutcomeReasons.PROCESSOR_THREW,
 ]);
 
+/** When `callProcessor` decided each outcome, and for which destination: for the settle latency and attributes. */
+const decided = new WeakMap<InboxOutcome, { at: number; destination: string | undefined }>();
+
+/** @internal Notes the outcomes `callProcessor` returned as decided now. */
+export function markDecided(outcomes: readonly InboxOutcome[], destination: string | undefined): void {
+  const at = Date.now();
+  for (const outcome of outcomes) if (typeof outcome === 'object' && outcome !== null) decided.set(outcome, { at, destination });
+}
+
 /** The shortest gap between two `error` events for the same infrastructure reason. */
 export const INFRASTRUCTURE_ERROR_INTERVAL_MS = 30_000;
 
@@ -68,11 +79,24 @@ export class ConsumerEventEmitter {
   lastSettledAt: Date | undefined;
   /** The last `error` emitted. */
   lastError: { code: string; message: string; at: Date } | undefined;
+  /** What the adapter told {@link instrument} about its deliveries (undefined: no messaging attributes on spans and metrics). */
+  messaging: MessagingContext | undefined;
 
   constructor(
     readonly logger: InboxLogger = defaultLogger,
     private readonly now: () => number = Date.now,
   ) {}
+
+  /**
+   * Describes the adapter's deliveries for OpenTelemetry: the messaging system, destination and
+   * consumer group on every span and metric of `callProcessor` and `emitOutcome`, where a delivery's
+   * trace context travels, and (given `inFlight`) its size as `inboxed.deliveries.in_flight`. Call it
+   * once the destination is known; calling it again replaces the description.
+   */
+  instrument(messaging: MessagingContext, inFlight?: { readonly size: number }): void {
+    this.messaging = messaging;
+    if (inFlight !== undefined) registerInFlight(inFlight, messagingAttributes(messaging));
+  }
 
   /** Subscribes to an event. Returns a function that unsubscribes. */
   on<K extends keyof ConsumerEvents>(event: K, listener: (...args: ConsumerEvents[K]) => void): () => void {
@@ -101,12 +125,17 @@ export class ConsumerEventEmitter {
     }
   }
 
-  /** Emits the event that matches a settled outcome's status, with its timing. */
+  /**
+   * Emits the event that matches a settled outcome's status, with its timing, and records it
+   * (`inboxed.outcomes`, the status counters, `inboxed.settle.duration`) when OpenTelemetry is on.
+   */
   emitOutcome(outcome: InboxOutcome, receivedAt: Date, deadLetterDestination = 'dead-letter'): void {
     const settledAt = new Date(this.now());
     this.lastSettledAt = settledAt;
     const timing: DeliveryTiming = { receivedAt, settledAt, durationMs: settledAt.getTime() - receivedAt.getTime() };
     this.logger.debug({ messageId: outcome.messageId, status: outcome.status, reason: outcome.reason, durationMs: timing.durationMs }, 'settled');
+    const decision = decided.get(outcome);
+    recordSettled(outcome, messagingAttributes(this.messaging, decision?.destination), (settledAt.getTime() - (decision?.at ?? receivedAt.getTime())) / 1000);
     switch (outcome.status) {
       case 'processed':
       case 'rejected':

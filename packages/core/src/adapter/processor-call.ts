@@ -2,7 +2,8 @@ import { backoffDelay } from '../backoff.js';
 import { describeError } from '../error-text.js';
 import { InboxError, InboxErrorCodes } from '../errors.js';
 import { isBatchProcessor, OutcomeReasons, type AnyInboxProcessor, type InboxMessage, type InboxOutcome } from '../types.js';
-import type { ConsumerEventEmitter } from './events.js';
+import { type DeliveryTelemetry, startDeliveries } from '../telemetry/spans.js';
+import { type ConsumerEventEmitter, markDecided } from './events.js';
 
 /** The outcome of a delivery whose processor threw: retried (not counted), never lost or acked. */
 function processorThrew(processor: AnyInboxProcessor, message: InboxMessage, error: InboxError): InboxOutcome {
@@ -25,12 +26,33 @@ function processorThrew(processor: AnyInboxProcessor, message: InboxMessage, err
  * `emitOutcome` when the retry is settled, rate-limited like every infrastructure retry, so a
  * middleware that throws on every message raises one event per interval, not one per message.
  * Per-message processors run concurrently; a batch processor gets all messages at once.
+ *
+ * With OpenTelemetry (see `configureTelemetry`), each delivery gets a `process <destination>` span
+ * (kind CONSUMER) continuing the producer's trace context from its headers, and a per-message
+ * processor runs inside it, so core's transaction span nests under it. A batch processor runs
+ * outside the delivery spans; its transaction spans link to them. `destination` names the queue or
+ * topic of these deliveries when `events.messaging` has none for the whole consumer (Kafka: per topic).
  */
 export async function callProcessor(
   processor: AnyInboxProcessor,
   messages: readonly InboxMessage[],
   signal: AbortSignal | undefined,
   events: ConsumerEventEmitter,
+  destination?: string,
+): Promise<InboxOutcome[]> {
+  const telemetry = startDeliveries(messages, processor.consumer, events.messaging, destination);
+  const outcomes = await runProcessor(processor, messages, signal, events, telemetry);
+  markDecided(outcomes, destination);
+  return outcomes;
+}
+
+/** {@link callProcessor} itself: each call inside its delivery spans when telemetry is on. */
+async function runProcessor(
+  processor: AnyInboxProcessor,
+  messages: readonly InboxMessage[],
+  signal: AbortSignal | undefined,
+  events: ConsumerEventEmitter,
+  telemetry: DeliveryTelemetry | undefined,
 ): Promise<InboxOutcome[]> {
   const options = signal === undefined ? undefined : { signal };
   const broken = (problem: string, cause?: unknown, about: readonly InboxMessage[] = messages) => {
@@ -42,23 +64,29 @@ export async function callProcessor(
     return error;
   };
   if (isBatchProcessor(processor)) {
-    try {
-      const outcomes = await processor(messages, options);
-      if (Array.isArray(outcomes) && outcomes.length === messages.length) return outcomes;
-      const error = broken(`returned ${Array.isArray(outcomes) ? outcomes.length : 'no'} outcomes for ${messages.length} messages`);
-      return messages.map((message, i) => (Array.isArray(outcomes) ? outcomes[i] : undefined) ?? processorThrew(processor, message, error));
-    } catch (cause) {
-      const error = broken(`threw: ${describeError(cause)}`, cause);
-      return messages.map((message) => processorThrew(processor, message, error));
-    }
+    const call = async () => {
+      try {
+        const outcomes = await processor(messages, options);
+        if (Array.isArray(outcomes) && outcomes.length === messages.length) return outcomes;
+        const error = broken(`returned ${Array.isArray(outcomes) ? outcomes.length : 'no'} outcomes for ${messages.length} messages`);
+        return messages.map((message, i) => (Array.isArray(outcomes) ? outcomes[i] : undefined) ?? processorThrew(processor, message, error));
+      } catch (cause) {
+        const error = broken(`threw: ${describeError(cause)}`, cause);
+        return messages.map((message) => processorThrew(processor, message, error));
+      }
+    };
+    return telemetry === undefined ? call() : telemetry.batch(call);
   }
   return Promise.all(
-    messages.map(async (message) => {
-      try {
-        return await processor(message, options);
-      } catch (cause) {
-        return processorThrew(processor, message, broken(`threw: ${describeError(cause)}`, cause, [message]));
-      }
+    messages.map(async (message, i) => {
+      const call = async () => {
+        try {
+          return await processor(message, options);
+        } catch (cause) {
+          return processorThrew(processor, message, broken(`threw: ${describeError(cause)}`, cause, [message]));
+        }
+      };
+      return telemetry === undefined ? call() : telemetry.one(i, call);
     }),
   );
 }

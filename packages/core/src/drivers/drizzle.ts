@@ -1,6 +1,7 @@
 import { classifyDatabaseError } from '../database-errors.js';
 import type { InboxStore } from '../inbox-store.js';
 import type { ResolvedOptions } from '../options.js';
+import { recordClaimOf } from '../telemetry/instruments.js';
 import { bodyFailure, brokenConnectionFailure, claimFailure, completionFailure } from '../transaction-failures.js';
 import type { TransactionPlan, TransactionResult } from '../transaction.js';
 import type { AnyPgDatabase, TransactionOf } from '../types.js';
@@ -40,9 +41,12 @@ export async function drizzleTransaction<TDb extends AnyPgDatabase, T>(
       (async (tx: TransactionOf<TDb>) => {
         step = 'claim';
         let claimed: Set<string>;
+        const claimSentAt = performance.now();
         try {
           claimed = await store.claim(tx, plan.rows, plan.lockTimeoutMs);
+          recordClaimOf(options.consumer, claimSentAt, plan.rows.length, { claimed: claimed.size });
         } catch (error) {
+          recordClaimOf(options.consumer, claimSentAt, plan.rows.length, { error });
           throw new StepFailure('claim', error);
         }
         step = 'body';

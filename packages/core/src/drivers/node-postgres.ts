@@ -1,5 +1,6 @@
 import type { InboxStore } from '../inbox-store.js';
 import type { ResolvedOptions } from '../options.js';
+import { recordClaimOf } from '../telemetry/instruments.js';
 import { bodyFailure, brokenConnectionFailure, claimFailure, completionFailure, type TransactionFailure } from '../transaction-failures.js';
 import type { AnyPgDatabase, TransactionOf } from '../types.js';
 import type { TransactionPlan, TransactionResult } from '../transaction.js';
@@ -127,10 +128,13 @@ export async function nodePostgresTransaction<TDb extends AnyPgDatabase, T>(
     const begin = options.isolationLevel === undefined ? 'begin' : `begin isolation level ${options.isolationLevel}`;
     const claim = store.claimText(plan.rows, quote, plan.lockTimeoutMs);
     let claimed: Set<string>;
+    const claimSentAt = performance.now();
     try {
       const results = resultsOf(await client.query(`${begin}; ${claim}`));
       claimed = new Set((results[1]!.rows as { message_id: string }[]).map((r) => r.message_id));
+      recordClaimOf(options.consumer, claimSentAt, plan.rows.length, { claimed: claimed.size });
     } catch (error) {
+      recordClaimOf(options.consumer, claimSentAt, plan.rows.length, { error });
       const problem = firstOf(await rollback(client), connectionProblem);
       failure = problem !== undefined ? { kind: 'outage', error } : claimFailure(error);
       return { ok: false, failure };

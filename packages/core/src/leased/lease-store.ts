@@ -1,5 +1,7 @@
 import { sql, type SQL } from 'drizzle-orm';
 import type { ClaimRow, InboxStore } from '../inbox-store.js';
+import { Attr, recordClaim } from '../telemetry/instruments.js';
+import { startInternalSpan } from '../telemetry/spans.js';
 import type { AnyPgDatabase } from '../types.js';
 
 type Executable = Pick<AnyPgDatabase, 'execute'>;
@@ -53,6 +55,30 @@ export class LeaseStore {
    * row version after waiting for a concurrent claimer, so two workers can never both take it.
    */
   async claim(db: Executable, row: ClaimRow, leaseMs: number, strictFingerprint: boolean): Promise<LeaseClaim> {
+    // Observed like the transactional claim: an `inboxed lease claim` span and `inboxed.claim.duration`.
+    const span = startInternalSpan('inboxed lease claim', { [Attr.CONSUMER]: this.consumer }, [row.messageId]);
+    const started = performance.now();
+    let claim: LeaseClaim | undefined;
+    try {
+      claim =
+        span === undefined
+          ? await this.claimOnce(db, row, leaseMs, strictFingerprint)
+          : await span.run(() => this.claimOnce(db, row, leaseMs, strictFingerprint));
+      return claim;
+    } finally {
+      const result = claim === undefined ? 'failed' : claim.kind === 'existing' ? 'known' : claim.kind;
+      recordClaim(this.consumer, (performance.now() - started) / 1000, result);
+      span?.end(
+        {
+          [Attr.CLAIM_RESULT]: result,
+          ...(claim?.kind === 'claimed' ? { [Attr.FENCING_TOKEN]: claim.token, [Attr.TAKEOVER]: claim.takeover } : {}),
+        },
+        claim === undefined ? { type: 'failed', message: 'the leased claim failed' } : undefined,
+      );
+    }
+  }
+
+  private async claimOnce(db: Executable, row: ClaimRow, leaseMs: number, strictFingerprint: boolean): Promise<LeaseClaim> {
     const inbox = this.store.inboxTable;
     const lease = sql`now() + make_interval(secs => ${leaseMs}::float8 / 1000)`;
     const [found] = await rowsOf<ClaimRowResult>(

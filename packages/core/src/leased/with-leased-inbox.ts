@@ -157,6 +157,8 @@ export function withLeasedInbox<TDb extends AnyPgDatabase, TPayload>(
                 completions.push(work as (tx: TransactionOf<TDb>) => unknown);
               },
             }),
+          undefined,
+          consumer,
         );
       } catch (error) {
         return { ...(await failed(message, lease, bodyFailure(error))), ...leased };

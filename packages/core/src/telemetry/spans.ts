@@ -1,0 +1,219 @@
+import type { Attributes, Context, Link, Span, SpanContext, TextMapGetter } from '@opentelemetry/api';
+import type { InboxMessage, InboxOutcome } from '../types.js';
+import { currentTracerProvider, otelApi, type OtelApi, perProvider, SCOPE_NAME } from './api.js';
+import {
+  Attr,
+  defined,
+  type MessagingAttributes,
+  messagingAttributes,
+  outcomeErrorType,
+  recordConsumed,
+  recordProcessDuration,
+  stableReason,
+} from './instruments.js';
+
+/** @internal The tracer of the current tracer provider. */
+const tracer = perProvider(currentTracerProvider, (provider, _otel, version) => provider.getTracer(SCOPE_NAME, version));
+
+/** Context key of a batch processor call: each delivery's span context by message id, for the transaction spans' links. */
+let deliveriesKey: symbol | undefined;
+const deliveriesKeyOf = (otel: OtelApi): symbol => (deliveriesKey ??= otel.createContextKey('inboxed.deliveries'));
+
+/** A header value as text: strings as they are, bytes (Kafka headers, SQS binary attributes) as UTF-8, the first of repeated ones. */
+function headerText(value: unknown): string | undefined {
+  if (typeof value === 'string') return value;
+  if (value instanceof Uint8Array) return Buffer.from(value.buffer, value.byteOffset, value.byteLength).toString('utf8');
+  if (Array.isArray(value)) return headerText(value[0]);
+  return undefined;
+}
+
+/** Reads W3C trace context (`traceparent`, `tracestate`) from a message's headers, whatever their case and encoding. */
+const headerGetter: TextMapGetter<Record<string, unknown>> = {
+  keys: (carrier) => Object.keys(carrier),
+  get(carrier, key) {
+    if (key in carrier) return headerText(carrier[key]);
+    const lower = key.toLowerCase();
+    for (const name of Object.keys(carrier)) if (name.toLowerCase() === lower) return headerText(carrier[name]);
+    return undefined;
+  },
+};
+
+/**
+ * Parses an AWS X-Ray trace header (`Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8;Sampled=1`,
+ * what SQS carries as the `AWSTraceHeader` system attribute) into the W3C ids it maps to: the trace id
+ * is the root's time and random parts joined (32 hex digits), the span id the parent (16). Undefined
+ * when the header has no valid root or parent.
+ */
+export function parseXRayTraceHeader(header: string): { traceId: string; spanId: string; sampled: boolean } | undefined {
+  const fields = new Map<string, string>();
+  for (const part of header.split(';')) {
+    const at = part.indexOf('=');
+    if (at > 0) fields.set(part.slice(0, at).trim().toLowerCase(), part.slice(at + 1).trim());
+  }
+  const root = /^1-([0-9a-f]{8})-([0-9a-f]{24})$/i.exec(fields.get('root') ?? '');
+  const parent = fields.get('parent') ?? '';
+  if (root === null || !/^[0-9a-f]{16}$/i.test(parent)) return undefined;
+  const traceId = `${root[1]}${root[2]}`.toLowerCase();
+  const spanId = parent.toLowerCase();
+  if (/^0+$/.test(traceId) || /^0+$/.test(spanId)) return undefined;
+  return { traceId, spanId, sampled: fields.get('sampled') === '1' };
+}
+
+/** What a broker consumer tells core about its deliveries, for their spans and metrics. */
+export interface MessagingContext extends MessagingAttributes {
+  /** `messaging.system`: `rabbitmq`, `kafka`, `aws_sqs`, ... */
+  system: string;
+  /** `messaging.destination.name` (queue or topic) when one for the whole consumer; `callProcessor` may name one per call. */
+  destination?: string | undefined;
+  /** `messaging.consumer.group.name` (Kafka's group id). */
+  consumerGroup?: string | undefined;
+  /** Where a delivery's W3C trace context travels. @defaultValue `message.headers` */
+  carrier?: ((message: InboxMessage) => Record<string, unknown> | undefined) | undefined;
+  /** An AWS X-Ray trace header to continue when the carrier has no W3C context (SQS: the `AWSTraceHeader` system attribute). */
+  xrayHeader?: ((message: InboxMessage) => string | undefined) | undefined;
+}
+
+/** The producer's context carried by a delivery (W3C headers, then X-Ray), on top of the active context. */
+function producerContext(otel: OtelApi, message: InboxMessage, messaging: MessagingContext | undefined): Context {
+  const active = otel.context.active();
+  const carrier = messaging?.carrier !== undefined ? messaging.carrier(message) : message.headers;
+  if (carrier !== undefined && carrier !== null) {
+    const extracted = otel.propagation.extract(active, carrier, headerGetter);
+    if (otel.trace.getSpanContext(extracted)?.isRemote === true) return extracted;
+  }
+  const xray = messaging?.xrayHeader?.(message);
+  const parsed = xray === undefined ? undefined : parseXRayTraceHeader(xray);
+  if (parsed === undefined) return active;
+  const remote: SpanContext = {
+    traceId: parsed.traceId,
+    spanId: parsed.spanId,
+    traceFlags: parsed.sampled ? otel.TraceFlags.SAMPLED : otel.TraceFlags.NONE,
+    isRemote: true,
+  };
+  return otel.trace.setSpanContext(active, remote);
+}
+
+/** @internal Runs `call` per delivery or per batch inside the delivery spans' context, recording the process metrics. */
+export interface DeliveryTelemetry {
+  /** A per-message processor call for delivery `index`: runs inside its span, which ends with the outcome. */
+  one(index: number, call: () => Promise<InboxOutcome>): Promise<InboxOutcome>;
+  /** A batch processor call: its transaction spans link to every delivery span; each ends with its outcome. */
+  batch(call: () => Promise<InboxOutcome[]>): Promise<InboxOutcome[]>;
+}
+
+function endDelivery(otel: OtelApi, span: Span, outcome: InboxOutcome | undefined): void {
+  if (outcome !== undefined) {
+    span.setAttributes(
+      defined({
+        [Attr.STATUS]: outcome.status,
+        [Attr.REASON]: stableReason(outcome),
+        [Attr.ERROR_TYPE]: outcomeErrorType(outcome),
+        [Attr.FENCING_TOKEN]: outcome.fencingToken,
+        [Attr.TAKEOVER]: outcome.takeover,
+      }),
+    );
+    if (outcome.status === 'retry' || outcome.status === 'dead-letter' || outcome.status === 'conflict') {
+      span.setStatus({ code: otel.SpanStatusCode.ERROR, message: outcome.error.message });
+    }
+  }
+  span.end();
+}
+
+/**
+ * @internal Starts one `process <destination>` span (kind CONSUMER) per delivery, each a child of
+ * the producer's context the delivery carries, and counts the deliveries as consumed. Undefined
+ * without `@opentelemetry/api`.
+ */
+export function startDeliveries(
+  messages: readonly InboxMessage[],
+  consumer: string,
+  messaging: MessagingContext | undefined,
+  destination: string | undefined,
+): DeliveryTelemetry | undefined {
+  const otel = otelApi();
+  const spans = tracer();
+  if (otel === null || spans === undefined) return undefined;
+  const metricAttributes: Attributes = { ...messagingAttributes(messaging, destination), [Attr.OPERATION_NAME]: 'process' };
+  recordConsumed(messages.length, metricAttributes);
+  const where = destination ?? messaging?.destination;
+  const name = where === undefined ? 'process' : `process ${where}`;
+  const started = performance.now();
+  const deliveries = messages.map((message) => {
+    const parent = producerContext(otel, message, messaging);
+    const span = spans.startSpan(
+      name,
+      {
+        kind: otel.SpanKind.CONSUMER,
+        attributes: {
+          ...metricAttributes,
+          ...defined({ [Attr.OPERATION_TYPE]: 'process', [Attr.MESSAGE_ID]: message.id, [Attr.CONSUMER]: consumer, [Attr.ATTEMPT]: message.attempt }),
+        },
+      },
+      parent,
+    );
+    return { span, context: otel.trace.setSpan(parent, span) };
+  });
+  const seconds = () => (performance.now() - started) / 1000;
+  return {
+    async one(index, call) {
+      const delivery = deliveries[index]!;
+      let outcome: InboxOutcome | undefined;
+      try {
+        outcome = await otel.context.with(delivery.context, call);
+        return outcome;
+      } finally {
+        recordProcessDuration(seconds(), metricAttributes, outcome === undefined ? '_OTHER' : outcomeErrorType(outcome));
+        endDelivery(otel, delivery.span, outcome);
+      }
+    },
+    async batch(call) {
+      const links = new Map(messages.map((message, i) => [message.id, deliveries[i]!.span.spanContext()]));
+      let outcomes: InboxOutcome[] | undefined;
+      try {
+        outcomes = await otel.context.with(otel.context.active().setValue(deliveriesKeyOf(otel), links), call);
+        return outcomes;
+      } finally {
+        const failed = outcomes?.map(outcomeErrorType).find((type) => type !== undefined);
+        recordProcessDuration(seconds(), { ...metricAttributes, [Attr.BATCH_COUNT]: messages.length }, outcomes === undefined ? '_OTHER' : failed);
+        for (const [i, { span }] of deliveries.entries()) endDelivery(otel, span, outcomes?.[i]);
+      }
+    },
+  };
+}
+
+/** @internal A span of core's own work (an inbox transaction, a leased claim), current while `run` runs. */
+export interface InternalSpan {
+  run<T>(call: () => Promise<T>): Promise<T>;
+  end(attributes: Attributes, error?: { type: string; message: string }): void;
+}
+
+/**
+ * @internal Starts an INTERNAL span under the active context (a delivery span when a per-message
+ * processor runs in an adapter). In a batch processor's call, it links to the delivery spans of
+ * `messageIds` instead: a batch transaction belongs to several deliveries, so it has no delivery as
+ * its parent. Undefined without `@opentelemetry/api`.
+ */
+export function startInternalSpan(name: string, attributes: Attributes, messageIds: readonly string[]): InternalSpan | undefined {
+  const otel = otelApi();
+  const spans = tracer();
+  if (otel === null || spans === undefined) return undefined;
+  const active = otel.context.active();
+  const deliveries = active.getValue(deliveriesKeyOf(otel)) as Map<string, SpanContext> | undefined;
+  const links: Link[] = [];
+  if (deliveries !== undefined) {
+    for (const id of new Set(messageIds)) {
+      const context = deliveries.get(id);
+      if (context !== undefined) links.push({ context });
+    }
+  }
+  const span = spans.startSpan(name, { kind: otel.SpanKind.INTERNAL, attributes, links }, active);
+  const context = otel.trace.setSpan(active.deleteValue(deliveriesKeyOf(otel)), span);
+  return {
+    run: (call) => otel.context.with(context, call),
+    end(attributes, error) {
+      span.setAttributes(error === undefined ? attributes : { ...attributes, [Attr.ERROR_TYPE]: error.type });
+      if (error !== undefined) span.setStatus({ code: otel.SpanStatusCode.ERROR, message: error.message });
+      span.end();
+    },
+  };
+}
