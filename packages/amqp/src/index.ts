@@ -28,4 +28,6 @@ export type {
   InboxLogger,
   MessageIdOptions,
   PayloadMode,
+  RedeliveryHorizon,
+  RetentionGuardOptions,
 } from '@inboxed/core/adapter';

@@ -30,6 +30,8 @@ export type {
   KafkaLike,
   KafkaConsumerLike,
   KafkaProducerLike,
+  KafkaAdminLike,
+  KafkaTopicConfigsLike,
   KafkaConsumerConfigLike,
   KafkaProducerConfigLike,
   KafkaConsumerEventNames,
@@ -51,4 +53,6 @@ export type {
   InboxLogger,
   MessageIdOptions,
   PayloadMode,
+  RedeliveryHorizon,
+  RetentionGuardOptions,
 } from '@inboxed/core/adapter';

@@ -24,4 +24,14 @@ export { OVERFLOW_ATTRIBUTE, SqsDeadLetterAttributes } from './sqs-dead-letter.j
 /** Error codes of this adapter (`SQS_*`), next to core's `InboxErrorCodes`. */
 export { SqsErrorCodes, type SqsErrorCode } from './sqs-errors.js';
 /** The consumer contract and the types that come with it, shared by every inboxed adapter. */
-export type { ConsumerEvents, ConsumerState, ConsumerStatus, DeliveryTiming, InboxConsumer, InboxLogger, MessageIdOptions } from '@inboxed/core/adapter';
+export type {
+  ConsumerEvents,
+  ConsumerState,
+  ConsumerStatus,
+  DeliveryTiming,
+  InboxConsumer,
+  InboxLogger,
+  MessageIdOptions,
+  RedeliveryHorizon,
+  RetentionGuardOptions,
+} from '@inboxed/core/adapter';
