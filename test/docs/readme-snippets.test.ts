@@ -17,6 +17,7 @@ const READMES: [readme: string, packageDir: string][] = [
   ['packages/amqp/README.md', 'packages/amqp'],
   ['packages/kafka/README.md', 'packages/kafka'],
   ['packages/sqs/README.md', 'packages/sqs'],
+  ['packages/cli/README.md', 'packages/cli'],
 ];
 
 const written: string[] = [];

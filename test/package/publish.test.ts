@@ -30,6 +30,7 @@ interface Manifest {
   publishConfig?: Record<string, unknown>;
   dependencies?: Record<string, string>;
   peerDependencies?: Record<string, string>;
+  bin?: Record<string, string>;
 }
 
 /** Enough of semver for the peer range we publish, `>=a.b.c <n`. */
@@ -155,6 +156,14 @@ describe.each(PUBLISHED.map((pkg) => [pkg.name, pkg] as const))('%s as published
       bugs: { url: `${REPOSITORY}/issues` },
       repository: { type: 'git', url: `git+${REPOSITORY}.git`, directory: pkg.dir },
     });
+    if (name === '@inboxed/cli') {
+      // An application, not a library: it brings its own driver and parser, and exactly its own core.
+      expect(Object.keys(m.dependencies ?? {}).sort()).toEqual(['@inboxed/core', 'commander', 'drizzle-orm', 'pg']);
+      expect(m.dependencies?.['@inboxed/core']).toBe(m.version);
+      expect(m.bin).toEqual({ inboxed: './dist/cli.js' });
+      expect(readFileSync(join(root(), 'dist/cli.js'), 'utf8')).toMatch(/^#!\/usr\/bin\/env node\n/);
+      return;
+    }
     expect(m.dependencies ?? {}).toEqual({});
     // A range, not ^version: see the release plan test below.
     if (name !== '@inboxed/core') expect(semverSatisfies(m.version, m.peerDependencies?.['@inboxed/core'])).toBe(true);
@@ -175,7 +184,7 @@ describe('the monorepo manifests', () => {
 });
 
 describe('versioning with Changesets', () => {
-  it('pending changesets release the four packages together, at the bump the changesets ask for', async () => {
+  it('pending changesets release the published packages together, at the bump the changesets ask for', async () => {
     const plan = await getReleasePlan(repoRoot);
     const names = PUBLISHED.map((pkg) => pkg.name);
     const order = ['none', 'patch', 'minor', 'major'];

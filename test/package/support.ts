@@ -11,12 +11,13 @@ declare module 'vitest' {
 
 export const repoRoot = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
 
-/** The packages we publish, in build order (the adapters compile against core's dist). */
+/** The packages we publish, in build order (the adapters and the CLI compile against core's dist). */
 export const PUBLISHED = [
   { name: '@inboxed/core', dir: 'packages/core' },
   { name: '@inboxed/amqp', dir: 'packages/amqp' },
   { name: '@inboxed/kafka', dir: 'packages/kafka' },
   { name: '@inboxed/sqs', dir: 'packages/sqs' },
+  { name: '@inboxed/cli', dir: 'packages/cli' },
 ] as const;
 
 export interface CommandResult {
