@@ -24,8 +24,8 @@ export type RedeliveryHorizon =
  */
 export interface RetentionGuardOptions {
   /**
-   * How long your inbox keeps completed records, in ms: the `olderThanMs` you give `purgeInbox`
-   * (or your retention schedule). Without it the guard does nothing.
+   * How long your inbox keeps completed records, in ms: the `olderThanMs` you give
+   * `startInboxRetention` (or `purgeInbox`). Without it the guard does nothing.
    * @defaultValue none (no guard)
    */
   inboxRetentionMs?: number | undefined;
@@ -122,7 +122,7 @@ export function checkRetentionHorizon(input: {
   if (horizon === undefined || (horizon.kind === 'bounded' && inboxRetentionMs >= horizon.ms)) return undefined;
   const advice =
     horizon.kind === 'bounded'
-      ? 'keep inbox records at least that long (purgeInbox olderThanMs and inboxRetentionMs)'
+      ? 'keep inbox records at least that long (olderThanMs of startInboxRetention or purgeInbox, and inboxRetentionMs)'
       : 'set redeliveryHorizonMs to the longest time after which the broker may still redeliver a message, and keep inbox records at least that long';
   const message =
     `${consumer}: inbox retention ${both(inboxRetentionMs)} is shorter than ${describeHorizon(horizon)}: ` +
