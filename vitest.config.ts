@@ -18,6 +18,17 @@ const PER_POSTGRES_VERSION = [
   'src/migrations/server-version.int.test.ts',
 ];
 
+/** The driver suites, once more on an inbox hash-partitioned by message_id (`migrate(db, names, { partitions })`). */
+const ON_PARTITIONED_INBOX = [
+  'src/with-inbox.int.test.ts',
+  'src/with-inbox-batch.int.test.ts',
+  'src/transaction-integrity.int.test.ts',
+  'src/batch-copies-and-locks.int.test.ts',
+  'src/hostile-inputs.int.test.ts',
+  'src/retention.int.test.ts',
+  'src/leased/leased-mode.int.test.ts',
+];
+
 // One run, one summary: every package's own vitest project, the cross-package tests in test/, the
 // packed packages in test/package, and the core suites once per supported PostgreSQL major.
 export default defineConfig({
@@ -27,6 +38,19 @@ export default defineConfig({
       'test/vitest.config.ts',
       'test/package/vitest.config.ts',
       'test/soak/vitest.config.ts',
+      {
+        root: 'packages/core',
+        resolve: { conditions: ['@inboxed/source'] },
+        ssr: { resolve: { conditions: ['@inboxed/source'] } },
+        test: {
+          name: 'core-partitioned',
+          include: ON_PARTITIONED_INBOX,
+          globalSetup: ['../../test/support/postgres-setup.ts'],
+          env: { INBOXED_PARTITIONS: '8', INBOXED_DRIVERS: 'node-postgres' },
+          testTimeout: 30_000,
+          hookTimeout: 60_000,
+        },
+      },
       ...POSTGRES_MAJORS.map((major) => ({
         root: 'packages/core',
         resolve: { conditions: ['@inboxed/source'] },

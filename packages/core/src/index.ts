@@ -71,7 +71,7 @@ export {
   type InboxTableNames,
   type InboxTables,
 } from './schema.js';
-export { migrate, type MigrateResult } from './migrations/migrate.js';
+export { migrate, type MigrateOptions, type MigrateResult } from './migrations/migrate.js';
 export { purgeInbox, type PurgeOptions, type PurgeResult } from './retention.js';
 export { startInboxRetention, type InboxRetention, type InboxRetentionOptions, type RetentionRun } from './retention-scheduler.js';
 export { inspectLeases, type LeaseReport } from './leased/lease-report.js';

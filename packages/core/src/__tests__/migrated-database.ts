@@ -20,7 +20,9 @@ export function useMigratedDatabase(driver: Driver, settings: { poolSize?: numbe
   let current: TestDatabase | undefined;
   beforeEach(async () => {
     current = await createTestDatabase(driver, settings);
-    await migrate(current.db, { schema: current.schema });
+    // INBOXED_PARTITIONS runs a suite on a hash-partitioned inbox (the core-partitioned project).
+    const partitions = process.env.INBOXED_PARTITIONS === undefined ? undefined : Number(process.env.INBOXED_PARTITIONS);
+    await migrate(current.db, { schema: current.schema }, { partitions });
   });
   afterEach(async () => {
     await current?.close();

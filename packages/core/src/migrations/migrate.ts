@@ -6,7 +6,18 @@ import { createInboxTables, resolveTableNames, type InboxTableNames, type Resolv
 import { inspectInboxTables } from './inspect.js';
 import { assertSupportedServer } from './server-version.js';
 import type { AnyPgDatabase } from '../types.js';
-import { migrations } from './migrations.js';
+import { migrations, type TableLayout } from './migrations.js';
+
+/** Options of {@link migrate} beyond the table names. */
+export interface MigrateOptions {
+  /**
+   * Create the inbox table hash-partitioned by `message_id` into this many partitions (2 to 1024),
+   * `<table>_p0` to `<table>_p<n-1>`, for very large inboxes: each partition has its own smaller
+   * indexes and vacuum. Applies only when this call creates the table; an existing table is never
+   * converted (see the README: moving to a partitioned inbox).
+   */
+  partitions?: number;
+}
 
 /** What {@link migrate} did. */
 export interface MigrateResult {
@@ -42,10 +53,16 @@ function historyTable(names: ResolvedTableNames) {
  * ```ts
  * await migrate(db);                                  // public.inbox
  * await migrate(db, { schema: 'messaging' });         // messaging.inbox
+ * await migrate(db, {}, { partitions: 16 });          // public.inbox, hash-partitioned by message_id
  * ```
  */
-export async function migrate(db: AnyPgDatabase, names: InboxTableNames = {}): Promise<MigrateResult> {
+export async function migrate(db: AnyPgDatabase, names: InboxTableNames = {}, options: MigrateOptions = {}): Promise<MigrateResult> {
   const resolved = resolveTableNames(names);
+  const { partitions } = options;
+  if (partitions !== undefined && (!Number.isInteger(partitions) || partitions < 2 || partitions > 1024)) {
+    throw new InboxError(InboxErrorCodes.INVALID_OPTIONS, `partitions must be an integer from 2 to 1024 (got ${String(partitions)})`);
+  }
+  const inboxName = resolved.schema === undefined ? `"${resolved.table}"` : `"${resolved.schema}"."${resolved.table}"`;
   const history = historyTable(resolved);
   const latest = migrations[migrations.length - 1]?.version ?? 0;
   try {
@@ -63,11 +80,15 @@ export async function migrate(db: AnyPgDatabase, names: InboxTableNames = {}): P
           `CREATE TABLE IF NOT EXISTS ${historyName} ("version" integer PRIMARY KEY, "name" text NOT NULL, "applied_at" timestamp with time zone DEFAULT now() NOT NULL)`,
         ),
       );
+      // Partitions are a choice made when the table is created; an existing table keeps its layout.
+      const existing = await tx.execute(sql`select to_regclass(${inboxName}) is not null as found`);
+      const found = (Array.isArray(existing) ? existing : (existing as { rows: { found: boolean }[] }).rows)[0]?.found === true;
+      const layout: TableLayout = found ? {} : { partitions };
       const done = new Set((await tx.select({ version: history.version }).from(history)).map((r) => r.version));
       const applied: number[] = [];
       for (const migration of migrations) {
         if (done.has(migration.version)) continue;
-        for (const statement of migration.statements(resolved)) await tx.execute(sql.raw(statement));
+        for (const statement of migration.statements(resolved, layout)) await tx.execute(sql.raw(statement));
         await tx.insert(history).values({ version: migration.version, name: migration.name });
         applied.push(migration.version);
       }

@@ -111,6 +111,40 @@ describe('migrations', () => {
     await expect(migrate(db)).resolves.toEqual({ applied: ALL, version: LATEST });
   });
 
+  it('partitions: 8 creates the inbox hash-partitioned by message_id, keyed across partitions, every later migration applied to it; an existing table is left as it is', async () => {
+    const db = drizzle(new PGlite());
+    expect(await migrate(db, { schema: 'big' }, { partitions: 8 })).toEqual({ applied: ALL, version: LATEST });
+    const rows = async (query: string) => (await db.execute(sql.raw(query))).rows;
+    expect(await rows(`select relkind, pg_get_partkeydef(oid) as key from pg_class where oid = 'big.inbox'::regclass`)).toEqual([
+      { relkind: 'p', key: 'HASH (message_id)' },
+    ]);
+    expect(await rows(`select count(*)::int as n from pg_inherits where inhparent = 'big.inbox'::regclass`)).toEqual([{ n: 8 }]);
+    // Migration 2's columns and partial index reached every partition.
+    expect(
+      await rows(
+        `select count(*)::int as n from pg_indexes where schemaname = 'big' and tablename like 'inbox_p%' and indexdef like '%WHERE (status = ''processing''%'`,
+      ),
+    ).toEqual([{ n: 8 }]);
+    // The unique key holds across partitions: a second copy of an id conflicts wherever it hashes.
+    await db.execute(sql.raw(`insert into big.inbox (consumer, message_id, status) select 'c', 'm-' || g, 'processed' from generate_series(1, 100) g`));
+    const again = await db.execute(
+      sql.raw(
+        `insert into big.inbox (consumer, message_id, status) select 'c', 'm-' || g, 'processed' from generate_series(1, 100) g on conflict do nothing returning 1`,
+      ),
+    );
+    expect(again.rows).toEqual([]);
+    expect(await migrate(db, { schema: 'big' }, { partitions: 8 })).toEqual({ applied: [], version: LATEST });
+    // Asking for partitions when the table exists converts nothing.
+    await migrate(db, { schema: 'plain' });
+    await db.execute(sql.raw('delete from plain.inbox_migrations'));
+    await migrate(db, { schema: 'plain' }, { partitions: 4 });
+    expect(await rows(`select relkind from pg_class where oid = 'plain.inbox'::regclass`)).toEqual([{ relkind: 'r' }]);
+  });
+
+  it.each([1, 0, 1025, 2.5, Number.NaN])('rejects partitions: %s', async (partitions) => {
+    await expect(migrate(drizzle(new PGlite()), {}, { partitions })).rejects.toMatchObject({ code: InboxErrorCodes.INVALID_OPTIONS });
+  });
+
   it.each(['in box', 'inbox;drop table x', '1inbox', '', 'a'.repeat(64), 'x"y'])('rejects the identifier %j', async (bad) => {
     expect(() => createInboxTables({ table: bad })).toThrowError(expect.objectContaining({ code: InboxErrorCodes.INVALID_IDENTIFIER }));
     expect(() => createInboxTables({ schema: bad })).toThrowError(expect.objectContaining({ code: InboxErrorCodes.INVALID_IDENTIFIER }));

@@ -1,10 +1,16 @@
 import type { ResolvedTableNames } from '../schema.js';
 
+/** How the inbox table is laid out when a migration creates it. */
+export interface TableLayout {
+  /** Hash partitions of the inbox table by `message_id` (2 to 1024); unpartitioned when undefined. */
+  partitions?: number | undefined;
+}
+
 /** One numbered schema change. `statements` run in order inside `migrate()`'s transaction. */
 export interface Migration {
   version: number;
   name: string;
-  statements(names: ResolvedTableNames): string[];
+  statements(names: ResolvedTableNames, layout?: TableLayout): string[];
 }
 
 function qualified(names: ResolvedTableNames, table: string): string {
@@ -25,9 +31,16 @@ export const migrations: readonly Migration[] = [
   {
     version: 1,
     name: 'create_inbox',
-    statements: (names) => {
+    statements: (names, layout = {}) => {
       const inbox = qualified(names, names.table);
       const attempts = qualified(names, names.attemptsTable);
+      // Hash partitions by message_id: the unique key (consumer, message_id) holds the partition key,
+      // so PostgreSQL still enforces it across partitions and ON CONFLICT works unchanged.
+      const partitioned = layout.partitions === undefined ? '' : ' PARTITION BY HASH ("message_id")';
+      const partitions = Array.from({ length: layout.partitions ?? 0 }, (_, i) => {
+        const partition = qualified(names, `${names.table}_p${i}`);
+        return `CREATE TABLE IF NOT EXISTS ${partition} PARTITION OF ${inbox} FOR VALUES WITH (MODULUS ${layout.partitions}, REMAINDER ${i})`;
+      });
       return [
         `CREATE TABLE IF NOT EXISTS ${inbox} (
 \t"consumer" text NOT NULL,
@@ -39,7 +52,8 @@ export const migrations: readonly Migration[] = [
 \t"received_at" timestamp with time zone DEFAULT now() NOT NULL,
 \t"completed_at" timestamp with time zone DEFAULT now() NOT NULL,
 \tCONSTRAINT "${names.table}_pkey" PRIMARY KEY("consumer","message_id")
-)`,
+)${partitioned}`,
+        ...partitions,
         `CREATE TABLE IF NOT EXISTS ${attempts} (
 \t"consumer" text NOT NULL,
 \t"message_id" text NOT NULL,
