@@ -68,6 +68,8 @@ export function createDeliveryHandler(context: DeliveryHandlerContext): Delivery
     beforeSettle: context.beforeSettle,
   });
   const mapping = { queue: context.topology.queue, consumer: processor.consumer, payload: context.payload, messageId: context.messageId };
+  // OpenTelemetry: W3C trace context arrives in the AMQP headers, which every message carries as `message.headers`.
+  events.instrument({ system: 'rabbitmq', destination: context.topology.queue }, context.inFlight);
 
   const track = (task: Promise<void>) =>
     context.inFlight.track(

@@ -54,6 +54,8 @@ export interface KafkaRuntime {
 
 /** Attaches the processing side to a kafkajs consumer (call before `run()`, so the first group join is seen). */
 export function attachRuntime(deps: RuntimeDeps): KafkaRuntime {
+  // OpenTelemetry: the topic is named per processor call; trace context arrives in the record headers (`message.headers`).
+  deps.events.instrument({ system: 'kafka', consumerGroup: deps.groupId }, deps.inFlight);
   const holds = new PartitionHolds(deps.consumer, deps.settings.retryBackoff);
   let open = true;
   const group = new GroupMembership(deps.consumer, {
@@ -157,7 +159,7 @@ class BatchRunner {
       }
     }
     if (messages.length > 0) {
-      const results = await callProcessor(processor, messages, this.deps.signal(), events);
+      const results = await callProcessor(processor, messages, this.deps.signal(), events, topic);
       for (const [j, outcome] of results.entries()) outcomes[positions[j]!] = outcome;
     }
     return outcomes;

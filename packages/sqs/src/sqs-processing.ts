@@ -1,6 +1,6 @@
 import type { Message, SQSClient } from '@aws-sdk/client-sqs';
 import { describeError, isBatchProcessor, type AnyInboxProcessor, type InboxError, type InboxMessage, type InboxOutcome } from '@inboxed/core';
-import { type BackoffOptions, callProcessor, type ConsumerEventEmitter, type InFlight } from '@inboxed/core/adapter';
+import { type BackoffOptions, callProcessor, type ConsumerEventEmitter, type InFlight, type MessagingContext } from '@inboxed/core/adapter';
 import { SqsBatchCalls } from './sqs-batch-calls.js';
 import { SqsErrorCodes } from './sqs-errors.js';
 import { VisibilityHeartbeat } from './sqs-heartbeat.js';
@@ -51,7 +51,21 @@ export class SqsProcessing {
   constructor(
     readonly settings: ProcessingSettings,
     private readonly events: ConsumerEventEmitter,
-  ) {}
+  ) {
+    // OpenTelemetry: the queue's name, and the trace context in the `traceparent` message attribute
+    // or else the `AWSTraceHeader` system attribute (X-Ray), both in `message.headers`.
+    this.messaging = {
+      system: 'aws_sqs',
+      destination: settings.queueUrl.slice(settings.queueUrl.lastIndexOf('/') + 1),
+      xrayHeader: (message) => {
+        const header = message.headers?.['sqs:AWSTraceHeader'];
+        return typeof header === 'string' ? header : undefined;
+      },
+    };
+    events.instrument(this.messaging);
+  }
+
+  private readonly messaging: MessagingContext;
 
   /** The queue's attributes, read once (`fresh` reads them again); a failure (`SQS_QUEUE_UNAVAILABLE`) is not kept. */
   queueInfo(fresh = false): Promise<QueueInfo> {
@@ -73,6 +87,7 @@ export class SqsProcessing {
     };
     if (messages.length === 0) return { results: [], errors };
     const s = this.settings;
+    if (options.inFlight !== undefined) this.events.instrument(this.messaging, options.inFlight);
     const receivedAt = options.receivedAt ?? new Date();
     const needsInfo = s.visibilityTimeoutSeconds === undefined || s.fifo === undefined || s.deadLetterQueueUrl === undefined;
     const info = needsInfo ? await this.queueInfo() : undefined;
