@@ -29,6 +29,24 @@ const ON_PARTITIONED_INBOX = [
   'src/leased/leased-mode.int.test.ts',
 ];
 
+/**
+ * postgres-js 3.4.9 (the latest release) can throw from a `setImmediate` when a connection dies with
+ * a small write buffered (`TypeError: Cannot read properties of null (reading 'write')` at
+ * `nextWrite`): porsager/postgres#1154 and #1208, fixes not released. In an application that is an
+ * uncaught exception: the process exits, and inboxed's promise holds (nothing is acked before its
+ * commit; the deliveries come back), which the core README's Drivers section tells users. The
+ * fault tests that kill connections under postgres-js hit it now and then; it is that bug, not
+ * ours, so it alone is reported without failing the run. Every other unhandled error fails it.
+ */
+function knownDriverCrash(error: Error): boolean | undefined {
+  const stack = String(error.stack ?? '');
+  if (error.message?.includes("reading 'write'") && /postgres\/src\/connection\.js/.test(stack) && stack.includes('nextWrite')) {
+    console.warn(`ignored a known postgres-js crash (porsager/postgres#1154): ${error.message}`);
+    return false;
+  }
+  return undefined;
+}
+
 // One run, one summary: every package's own vitest project, the cross-package tests in test/, the
 // packed packages in test/package, and the core suites once per supported PostgreSQL major.
 export default defineConfig({
@@ -66,5 +84,6 @@ export default defineConfig({
       })),
     ],
     reporters: ['default', './test/support/summary-reporter.ts'],
+    onUnhandledError: knownDriverCrash,
   },
 });

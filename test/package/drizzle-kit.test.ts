@@ -76,7 +76,7 @@ export default defineConfig({
   dialect: 'postgresql',
   schema: './src/app-schema.ts',
   out: './drizzle-app',
-  tablesFilter: ['!inbox', '!inbox_attempts', '!inbox_migrations'],
+  tablesFilter: ['!inbox', '!inbox_attempts', '!inbox_dead_letters', '!inbox_audit', '!inbox_migrations'],
   dbCredentials: { url: process.env.DATABASE_URL! },
 });
 `,
@@ -323,7 +323,14 @@ describe('a user app installed from the tarballs', () => {
 
     const url = await freshDatabase('public');
     expectDrizzleKitSucceeded(await drizzleKit(['migrate'], url));
-    expect(await tablesIn(url)).toEqual(['drizzle.__drizzle_migrations', 'public.inbox', 'public.inbox_attempts', 'public.orders']);
+    expect(await tablesIn(url)).toEqual([
+      'drizzle.__drizzle_migrations',
+      'public.inbox',
+      'public.inbox_attempts',
+      'public.inbox_audit',
+      'public.inbox_dead_letters',
+      'public.orders',
+    ]);
     expect(await primaryKeysIn(url, 'public')).toEqual([
       'inbox_attempts_pkey PRIMARY KEY (consumer, message_id)',
       'inbox_pkey PRIMARY KEY (consumer, message_id)',
@@ -332,7 +339,7 @@ describe('a user app installed from the tarballs', () => {
 
     // Applying again is a no-op, and inboxed's migrate() adopts the tables drizzle-kit made.
     expectDrizzleKitSucceeded(await drizzleKit(['migrate'], url));
-    expect(await inboxedMigrate(url)).toEqual({ applied: [1, 2], version: 2 });
+    expect(await inboxedMigrate(url)).toEqual({ applied: [1, 2, 3], version: 3 });
     expect(await consume(url)).toEqual({ statuses: ['duplicate', 'duplicate'], effects: 1 });
   });
 
@@ -348,10 +355,17 @@ describe('a user app installed from the tarballs', () => {
 
     const url = await freshDatabase('messaging');
     expectDrizzleKitSucceeded(await drizzleKit(['migrate', '--config', 'messaging.drizzle.config.ts'], url));
-    expect(await tablesIn(url)).toEqual(['drizzle.__drizzle_migrations', 'messaging.inbox', 'messaging.inbox_attempts', 'public.payments']);
+    expect(await tablesIn(url)).toEqual([
+      'drizzle.__drizzle_migrations',
+      'messaging.inbox',
+      'messaging.inbox_attempts',
+      'messaging.inbox_audit',
+      'messaging.inbox_dead_letters',
+      'public.payments',
+    ]);
     expect(await primaryKeysIn(url, 'messaging')).toHaveLength(2);
     expect(await consume(url, 'messaging')).toEqual(PROCESSED_THEN_DUPLICATE);
-    expect(await inboxedMigrate(url, 'messaging')).toEqual({ applied: [1, 2], version: 2 });
+    expect(await inboxedMigrate(url, 'messaging')).toEqual({ applied: [1, 2, 3], version: 3 });
   });
 
   it('drizzle-kit push creates the same tables on a fresh database, and a second push finds nothing to change', async () => {
@@ -359,7 +373,13 @@ describe('a user app installed from the tarballs', () => {
     const push = await drizzleKit(['push', '--force', '--verbose', '--config', 'messaging.drizzle.config.ts'], url);
     expectDrizzleKitSucceeded(push);
     expect(push.stdout).toContain('CREATE SCHEMA "messaging"');
-    expect(await tablesIn(url)).toEqual(['messaging.inbox', 'messaging.inbox_attempts', 'public.payments']);
+    expect(await tablesIn(url)).toEqual([
+      'messaging.inbox',
+      'messaging.inbox_attempts',
+      'messaging.inbox_audit',
+      'messaging.inbox_dead_letters',
+      'public.payments',
+    ]);
     const again = await drizzleKit(['push', '--force', '--config', 'messaging.drizzle.config.ts'], url);
     expectDrizzleKitSucceeded(again);
     expect(again.stdout).toContain('No changes detected');
@@ -380,7 +400,7 @@ describe('a user app installed from the tarballs', () => {
 
   it('after migrate(), a generated migration stops at "already exists"; edited to IF NOT EXISTS it adopts the tables (switching to drizzle-kit)', async () => {
     const url = await freshDatabase('switch');
-    expect(await inboxedMigrate(url, 'messaging')).toEqual({ applied: [1, 2], version: 2 });
+    expect(await inboxedMigrate(url, 'messaging')).toEqual({ applied: [1, 2, 3], version: 3 });
     cpSync(join(app, 'drizzle-messaging'), join(app, 'drizzle-switch'), { recursive: true });
     const env = { MIGRATIONS_OUT: './drizzle-switch' };
 
@@ -390,7 +410,14 @@ describe('a user app installed from the tarballs', () => {
     const reason = await appScript('drizzle-migrator', [join(app, 'drizzle-switch')], url);
     expect(reason.code, transcript(reason)).toBe(2);
     expect(reason.stderr).toContain('schema "messaging" already exists');
-    expect(await tablesIn(url)).toEqual(['drizzle.__drizzle_migrations', 'messaging.inbox', 'messaging.inbox_attempts', 'messaging.inbox_migrations']);
+    expect(await tablesIn(url)).toEqual([
+      'drizzle.__drizzle_migrations',
+      'messaging.inbox',
+      'messaging.inbox_attempts',
+      'messaging.inbox_audit',
+      'messaging.inbox_dead_letters',
+      'messaging.inbox_migrations',
+    ]);
 
     // The documented switch: the generated inbox statements become CREATE ... IF NOT EXISTS, and
     // inboxed's history table goes (drizzle-kit owns the tables from now on).
@@ -399,13 +426,14 @@ describe('a user app installed from the tarballs', () => {
     const edited = original
       .split('--> statement-breakpoint')
       .map((statement) =>
-        /CREATE SCHEMA "messaging"|"inbox(_attempts)?"|"inbox_completed_at_idx"/.test(statement)
+        /CREATE SCHEMA "messaging"|"inbox(_attempts|_dead_letters|_audit)?"/.test(statement)
           ? statement.replace(/CREATE (SCHEMA|TABLE|INDEX) /, 'CREATE $1 IF NOT EXISTS ')
           : statement,
       )
       .join('--> statement-breakpoint');
-    // CREATE SCHEMA, both tables, the completed_at index and the open-claims index of migration 2.
-    expect(edited.match(/IF NOT EXISTS/g)).toHaveLength(5);
+    // CREATE SCHEMA, the four tables, the completed_at index, the open-claims index of migration 2 and
+    // migration 3's three indexes.
+    expect(edited.match(/IF NOT EXISTS/g)).toHaveLength(10);
     writeFileSync(join(app, 'drizzle-switch', file), edited);
     expectDrizzleKitSucceeded(await drizzleKit(['migrate', '--config', 'messaging.drizzle.config.ts'], url, env));
     await queryOn(url, 'drop table messaging.inbox_migrations');
@@ -417,12 +445,19 @@ describe('a user app installed from the tarballs', () => {
 
   it('with migrate() owning the inbox, drizzle-kit push of the app tables leaves it alone given tablesFilter', async () => {
     const url = await freshDatabase('owned');
-    expect(await inboxedMigrate(url)).toEqual({ applied: [1, 2], version: 2 });
+    expect(await inboxedMigrate(url)).toEqual({ applied: [1, 2, 3], version: 3 });
     const push = await drizzleKit(['push', '--force', '--verbose', '--config', 'app-only.drizzle.config.ts'], url);
     expectDrizzleKitSucceeded(push);
     expect(push.stdout).toContain('CREATE TABLE "orders"');
     expect(push.stdout).not.toMatch(/DROP TABLE/);
-    expect(await tablesIn(url)).toEqual(['public.inbox', 'public.inbox_attempts', 'public.inbox_migrations', 'public.orders']);
+    expect(await tablesIn(url)).toEqual([
+      'public.inbox',
+      'public.inbox_attempts',
+      'public.inbox_audit',
+      'public.inbox_dead_letters',
+      'public.inbox_migrations',
+      'public.orders',
+    ]);
     expect(await consume(url)).toEqual(PROCESSED_THEN_DUPLICATE);
   });
 });
