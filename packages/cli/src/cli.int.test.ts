@@ -1,4 +1,5 @@
 import { spawn } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { createTestDatabase, databaseUrl, type TestDatabase } from '@inboxed/test-support';
@@ -82,7 +83,13 @@ describe('inboxed', () => {
   it('migrate --check exits 1 listing pending versions, migrate applies them, then --check exits 0', async () => {
     const before = await spawnCli(['migrate', '--check', '--json', ...db]);
     expect(before.code, before.stderr).toBe(1);
-    expect(json(before)).toMatchObject({ upToDate: false, pending: [{ version: 1 }, { version: 2 }, { version: 3 }] });
+    const { pending } = json(before) as { pending: { version: number; name: string }[] };
+    expect(json(before).upToDate).toBe(false);
+    expect(pending.slice(0, 3)).toEqual([
+      { version: 1, name: 'create_inbox' },
+      { version: 2, name: 'leases_and_results' },
+      { version: 3, name: 'dead_letters_and_audit' },
+    ]);
     const human = await runCli(['migrate', '--check', ...db]);
     expect(human).toMatchObject({ code: 1, stdout: expect.stringContaining('0003_dead_letters_and_audit') });
     // Tables missing: every other command says so with its own exit code.
@@ -92,7 +99,7 @@ describe('inboxed', () => {
 
     const applied = await runCli(['migrate', '--json', ...db]);
     expect(applied.code).toBe(0);
-    expect(json(applied)).toEqual({ applied: [1, 2, 3], version: 3 });
+    expect(json(applied)).toEqual({ applied: pending.map((m) => m.version), version: pending.at(-1)!.version });
     const after = await spawnCli(['migrate', '--check', ...db]);
     expect(after.code, after.stderr).toBe(0);
     expect(after.stdout).toContain('Up to date');
@@ -253,5 +260,8 @@ describe('inboxed', () => {
     expect(down.stderr).not.toContain('secret');
     expect(await runCli(['status', ...db, '--table', 'bad-name'])).toMatchObject({ code: 2, stderr: expect.stringContaining('[INVALID_IDENTIFIER]') });
     expect(await runCli(['frobnicate'])).toMatchObject({ code: 2, stderr: expect.stringContaining('[USAGE_ERROR]') });
+    const { version } = JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { version: string };
+    expect(await runCli(['--version'])).toMatchObject({ code: 0, stdout: `${version}\n` });
+    expect(await runCli([])).toMatchObject({ code: 2, stderr: expect.stringContaining('Usage: inboxed') });
   });
 });

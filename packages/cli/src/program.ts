@@ -1,3 +1,4 @@
+import { readFileSync } from 'node:fs';
 import { describeError, isInboxError } from '@inboxed/core';
 import { Command, CommanderError, Option } from 'commander';
 import { CliErrorCodes } from './cli-errors.js';
@@ -18,7 +19,8 @@ export interface RunOptions {
   env?: NodeJS.ProcessEnv;
 }
 
-const VERSION = '0.1.0';
+// package.json sits one level up from both src/ and dist/.
+const VERSION = (JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { version: string }).version;
 
 /**
  * Runs the `inboxed` command line on `argv` (without `node` and the script) and resolves to its exit
