@@ -55,9 +55,10 @@ describe('OpenTelemetry metrics and spans', () => {
   /** Every data point of a metric, with its attributes. */
   async function points(name: string): Promise<DataPoint<number | Histogram>[]> {
     const { resourceMetrics } = await reader.collect();
-    return resourceMetrics.scopeMetrics.flatMap((scope) => scope.metrics.filter((m) => m.descriptor.name === name).flatMap((m) => m.dataPoints)) as DataPoint<
-      number | Histogram
-    >[];
+    type Point = DataPoint<number | Histogram>;
+    return resourceMetrics.scopeMetrics.flatMap((scope) =>
+      scope.metrics.filter((m) => m.descriptor.name === name).flatMap((m) => m.dataPoints as unknown as Point[]),
+    );
   }
   const sum = async (name: string, where: Record<string, unknown> = {}) =>
     (await points(name))
@@ -67,9 +68,10 @@ describe('OpenTelemetry metrics and spans', () => {
   const parentOf = (span: ReadableSpan): string | undefined => span.parentSpanContext?.spanId;
 
   it('records outcomes, durations and spans for deliveries through a consumer layer (real PostgreSQL)', async () => {
-    const process = withInbox(async (message: InboxMessage<{ fail?: string }>) => {
-      if (message.payload.fail === 'retry') throw new Error('try later');
-      if (message.payload.fail === 'permanent') throw new PermanentError('never');
+    const process = withInbox(async (message: InboxMessage) => {
+      const { fail } = message.payload as { fail?: string };
+      if (fail === 'retry') throw new Error('try later');
+      if (fail === 'permanent') throw new PermanentError('never');
     }, database.options());
     const events = new ConsumerEventEmitter();
     const inFlight = new InFlight();
