@@ -75,4 +75,4 @@ export { migrate, type MigrateOptions, type MigrateResult } from './migrations/m
 export { purgeInbox, type PurgeOptions, type PurgeResult } from './retention.js';
 export { startInboxRetention, type InboxRetention, type InboxRetentionOptions, type RetentionRun } from './retention-scheduler.js';
 export { inspectLeases, type LeaseReport } from './leased/lease-report.js';
-export { configureTelemetry, type InboxTelemetryOptions, type MeterProviderLike, type TracerProviderLike } from './telemetry/api.js';
+export { configureTelemetry, type InboxTelemetryOptions, type MeterProviderLike, type TracerProviderLike } from './telemetry/config.js';

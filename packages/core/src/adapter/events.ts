@@ -2,7 +2,7 @@ import { EventEmitter } from 'node:events';
 import { describeError } from '../error-text.js';
 import { InboxError } from '../errors.js';
 import { messagingAttributes, recordSettled, registerInFlight } from '../telemetry/instruments.js';
-import type { MessagingContext } from '../telemetry/spans.js';
+import type { MessagingContext } from '../telemetry/messaging.js';
 import { OutcomeReasons, type InboxOutcome } from '../types.js';
 import { defaultLogger, type InboxLogger } from './logger.js';
 

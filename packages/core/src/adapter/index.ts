@@ -18,7 +18,7 @@ export { ConsumerLifecycle, type LifecycleHooks } from './lifecycle.js';
 export { ConsumerEventEmitter, INFRASTRUCTURE_ERROR_INTERVAL_MS, type ConsumerEvents, type DeliveryTiming } from './events.js';
 export { defaultLogger, type InboxLogger } from './logger.js';
 export { callProcessor } from './processor-call.js';
-export { parseXRayTraceHeader, type MessagingContext } from '../telemetry/spans.js';
+export { parseXRayTraceHeader, type MessagingContext } from '../telemetry/messaging.js';
 export { decodePayload, isJsonContentType, UNPARSEABLE_BODY, UNPARSEABLE_BODY_REASON, type DecodedPayload, type PayloadMode } from './payload.js';
 export { actionFor, adapterDeadLetter, deadLetterHeaders, DeadLetterHeaders, redeliverAfterMs, type OutcomeAction } from './outcomes.js';
 export { InFlight } from './in-flight.js';

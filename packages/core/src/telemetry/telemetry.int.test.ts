@@ -12,9 +12,9 @@ import { PermanentError } from '../errors.js';
 import type { InboxMessage } from '../types.js';
 import { withInboxBatch } from '../with-inbox-batch.js';
 import { withInbox } from '../with-inbox.js';
-import { configureTelemetry } from './api.js';
+import { configureTelemetry } from './config.js';
 import { recordRetentionRun } from './instruments.js';
-import { parseXRayTraceHeader } from './spans.js';
+import { parseXRayTraceHeader } from './messaging.js';
 
 class TestReader extends MetricReader {
   constructor() {
