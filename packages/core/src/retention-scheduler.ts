@@ -4,6 +4,7 @@ import { classifyDatabaseError } from './database-errors.js';
 import { describeError, sqlStateOf } from './error-text.js';
 import { InboxError, InboxErrorCodes, isInboxError } from './errors.js';
 import { deleteBatch, planPurge, purgeStatements, qualifiedName, runBatches, type PurgeOptions, type PurgePlan } from './retention.js';
+import { recordRetentionRun } from './telemetry/instruments.js';
 import type { AnyPgDatabase } from './types.js';
 
 /** Options of {@link startInboxRetention}: a purge's options, and when and how it runs. */
@@ -146,6 +147,7 @@ export function startInboxRetention(db: AnyPgDatabase, options: InboxRetentionOp
 
   const report = (run: RetentionRun) => {
     lastRun = run;
+    recordRetentionRun({ deleted: run.deleted, oldestAgeMs: run.oldestAgeMs ?? undefined, consumer: plan.consumer });
     logger.debug({ ...run }, run.ran ? `inbox retention deleted ${run.deleted} rows` : 'inbox retention skipped: another instance is cleaning');
     try {
       options.onRun?.(run);

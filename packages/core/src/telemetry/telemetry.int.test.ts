@@ -12,6 +12,7 @@ import { PermanentError } from '../errors.js';
 import type { InboxMessage } from '../types.js';
 import { withInboxBatch } from '../with-inbox-batch.js';
 import { withInbox } from '../with-inbox.js';
+import { startInboxRetention } from '../retention-scheduler.js';
 import { configureTelemetry } from './config.js';
 import { recordRetentionRun } from './instruments.js';
 import { parseXRayTraceHeader } from './messaging.js';
@@ -160,6 +161,23 @@ describe('OpenTelemetry metrics and spans', () => {
     recordRetentionRun({ deleted: 2 });
     expect(await sum('inboxed.retention.deleted_rows')).toBe(9);
     expect((await points('inboxed.retention.oldest_age'))[0]).toMatchObject({ value: 90, attributes: { 'inboxed.consumer': 'c' } });
+  });
+
+  it('a retention run records what it deleted and the oldest row left', async () => {
+    const { t } = database;
+    await t.query(`insert into "${t.schema}".inbox (consumer, message_id, status, completed_at)
+      select 'c', 'old-' || g, 'processed', now() - interval '2 days' from generate_series(1, 12) g`);
+    await t.query(
+      `insert into "${t.schema}".inbox (consumer, message_id, status, completed_at) values ('c', 'recent', 'processed', now() - interval '1 hour')`,
+    );
+    const retention = startInboxRetention(t.db, { olderThanMs: 86_400_000, everyMs: 3_600_000, consumer: 'c', tables: { schema: t.schema } });
+    await retention.runNow();
+    await retention.stop();
+    expect(await sum('inboxed.retention.deleted_rows')).toBe(12);
+    const [oldest] = await points('inboxed.retention.oldest_age');
+    expect(oldest?.attributes).toEqual({ 'inboxed.consumer': 'c' });
+    expect(oldest?.value as number).toBeGreaterThan(3_500);
+    expect(oldest?.value as number).toBeLessThan(3_700);
   });
 
   it('turned off (or with no SDK registered): processing works and nothing is recorded', async () => {
