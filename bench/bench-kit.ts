@@ -1,4 +1,12 @@
-/** Small measuring helpers shared by the benchmark suites. */
+/**
+ * Measuring and reporting helpers shared by the benchmark suites.
+ *
+ * A suite measures inboxed next to the same work without it, in paired rounds (`pairedRounds`:
+ * A then B, then B then A, ...), and hands each measured line to `report()`. `report()` prints the
+ * line at once and keeps it; `run.ts` writes every kept line into bench/results/*.md after the
+ * suites ran (`renderResults`). Sizes follow `BENCH_SCALE` (`scaled()`) and round counts
+ * `BENCH_ROUNDS` (`benchRounds()`), so a development run can be small.
+ */
 
 /** Latency percentiles and throughput of one measured run. */
 export interface RunStats {
@@ -9,11 +17,118 @@ export interface RunStats {
   p99Ms: number;
 }
 
+/** One measured line of a suite. */
+export interface BenchLine {
+  /** 'core' | 'amqp' | 'kafka' | 'sqs' | 'memory' */
+  suite: string;
+  /** What was measured, e.g. 'bare batch (same insert, no inbox)', '@inboxed/amqp batch'. Unique within the suite. */
+  mode: string;
+  /** Messages per round. */
+  messages: number;
+  /** msg/s of every round, in order. */
+  rounds: number[];
+  /** Per-message (or per-batch, say so in `mode`) latency of the median round. */
+  p50Ms?: number;
+  p99Ms?: number;
+  /**
+   * Name (`mode`) of the line of the same suite this one is compared with; the table shows
+   * median(this)/median(base) and the range of the per-round paired ratios.
+   */
+  baseline?: string;
+  /** Target, e.g. `{ ratio: 0.8, text: '>= 0.80 of bare' }`; printed next to the ratio, with PASS/MISS. */
+  target?: { ratio?: number; perSecond?: number; text: string };
+  note?: string;
+}
+
+/** Summary of a line's rounds. */
+export interface RoundStats {
+  median: number;
+  min: number;
+  max: number;
+  /** (max - min) / median, as a percentage. */
+  spreadPct: number;
+}
+
+/** A line's comparison with its baseline and its target, as printed and written. */
+export interface LineVerdict {
+  /** median(line) / median(baseline); undefined without a (reported) baseline. */
+  ratio?: number;
+  /** The per-round ratios line[i] / baseline[i]. */
+  paired?: number[];
+  /** PASS when every condition of the target holds; undefined without a target. */
+  pass?: boolean;
+  /** Why a target was missed or could not be checked. */
+  detail?: string;
+}
+
+const lines: BenchLine[] = [];
+const sections: { suite: string; markdown: string }[] = [];
+
 /** The value at quantile `q` (0..1) of `samples` (sorted in place). */
 export function percentile(samples: number[], q: number): number {
   if (samples.length === 0) return 0;
   samples.sort((a, b) => a - b);
   return samples[Math.min(samples.length - 1, Math.floor(q * samples.length))]!;
+}
+
+/** Median (mean of the two middle values for an even count), min, max and spread of `rounds`. */
+export function stats(rounds: number[]): RoundStats {
+  if (rounds.length === 0) return { median: 0, min: 0, max: 0, spreadPct: 0 };
+  const sorted = [...rounds].sort((a, b) => a - b);
+  const mid = Math.floor(sorted.length / 2);
+  const median = sorted.length % 2 === 1 ? sorted[mid]! : (sorted[mid - 1]! + sorted[mid]!) / 2;
+  const min = sorted[0]!;
+  const max = sorted[sorted.length - 1]!;
+  return { median, min, max, spreadPct: median > 0 ? ((max - min) / median) * 100 : 0 };
+}
+
+/** The per-round ratios a[i] / b[i] (as many as the shorter of the two has rounds). */
+export function pairedRatios(a: number[], b: number[]): number[] {
+  const n = Math.min(a.length, b.length);
+  return Array.from({ length: n }, (_, i) => (b[i]! > 0 ? a[i]! / b[i]! : 0));
+}
+
+/**
+ * Runs `rounds` paired rounds of `a` and `b`, alternating which goes first (a b, b a, a b, ...),
+ * so drift on a shared machine (a neighbour's job starting, a checkpoint) hurts both sides alike.
+ * Returns the results of each side in round order.
+ */
+export async function pairedRounds<A, B>(rounds: number, a: (round: number) => Promise<A>, b: (round: number) => Promise<B>): Promise<{ a: A[]; b: B[] }> {
+  const as: A[] = [];
+  const bs: B[] = [];
+  for (let round = 0; round < rounds; round++) {
+    if (round % 2 === 0) {
+      as.push(await a(round));
+      bs.push(await b(round));
+    } else {
+      bs.push(await b(round));
+      as.push(await a(round));
+    }
+  }
+  return { a: as, b: bs };
+}
+
+/** `BENCH_SCALE`, a multiplier for message counts (default 1; e.g. 0.1 for a development run). */
+export function benchScale(): number {
+  const scale = Number(process.env.BENCH_SCALE ?? 1);
+  return Number.isFinite(scale) && scale > 0 ? scale : 1;
+}
+
+/** `n` times `BENCH_SCALE`, rounded, at least `min`. */
+export function scaled(n: number, min = 1): number {
+  return Math.max(min, Math.round(n * benchScale()));
+}
+
+/** `BENCH_ROUNDS` when set (at least 1), else `defaultRounds`. */
+export function benchRounds(defaultRounds: number): number {
+  const rounds = Number(process.env.BENCH_ROUNDS);
+  return Number.isInteger(rounds) && rounds >= 1 ? rounds : defaultRounds;
+}
+
+/** The run that had the median throughput among `runs` (the lower middle one for an even count). */
+export function medianRun<T extends { perSecond: number }>(runs: T[]): T {
+  const sorted = [...runs].sort((x, y) => x.perSecond - y.perSecond);
+  return sorted[Math.floor((sorted.length - 1) / 2)]!;
 }
 
 /**
@@ -56,4 +171,109 @@ export function printTable(title: string, header: string[], rows: (string | numb
 /** The database the benchmarks write to: `DATABASE_URL`, default the local test database. */
 export function benchDatabaseUrl(): string {
   return process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
+}
+
+/** Compares `line` with its baseline (looked up among the lines reported so far) and its target. */
+export function verdict(line: BenchLine, reported: readonly BenchLine[] = lines): LineVerdict {
+  const result: LineVerdict = {};
+  const median = stats(line.rounds).median;
+  if (line.baseline !== undefined) {
+    const base = reported.find((l) => l.suite === line.suite && l.mode === line.baseline);
+    if (base) {
+      const baseMedian = stats(base.rounds).median;
+      result.ratio = baseMedian > 0 ? median / baseMedian : 0;
+      result.paired = pairedRatios(line.rounds, base.rounds);
+    }
+  }
+  if (line.target) {
+    const misses: string[] = [];
+    if (line.target.ratio !== undefined) {
+      if (result.ratio === undefined) misses.push(`no baseline '${line.baseline ?? ''}' to compare with`);
+      else if (result.ratio < line.target.ratio) misses.push(`ratio ${result.ratio.toFixed(2)} < ${line.target.ratio.toFixed(2)}`);
+    }
+    if (line.target.perSecond !== undefined && median < line.target.perSecond) misses.push(`${grouped(median)} < ${grouped(line.target.perSecond)} msg/s`);
+    result.pass = misses.length === 0;
+    if (misses.length > 0) result.detail = misses.join('; ');
+  }
+  return result;
+}
+
+/** Keeps `line` for the results file and prints it at once. */
+export function report(line: BenchLine): void {
+  lines.push(line);
+  const s = stats(line.rounds);
+  const v = verdict(line);
+  const parts = [
+    `${rate(s.median)} median of ${line.rounds.length} round${line.rounds.length === 1 ? '' : 's'} x ${grouped(line.messages)} msgs`,
+    `(${grouped(s.min)}-${grouped(s.max)}, spread ${s.spreadPct.toFixed(0)}%)`,
+  ];
+  if (line.p50Ms !== undefined || line.p99Ms !== undefined) parts.push(`p50/p99 ${ms(line.p50Ms)}/${ms(line.p99Ms)} ms`);
+  if (v.ratio !== undefined) parts.push(`ratio ${ratioText(v)} vs '${line.baseline}'`);
+  else if (line.baseline !== undefined) parts.push(`(baseline '${line.baseline}' not reported yet)`);
+  if (line.target) parts.push(`target ${line.target.text}: ${v.pass ? 'PASS' : `MISS${v.detail ? ` (${v.detail})` : ''}`}`);
+  if (line.note) parts.push(`-- ${line.note}`);
+  console.log(`  [${line.suite}] ${line.mode}: ${parts.join(', ')}`);
+}
+
+/**
+ * Adds free markdown (a paragraph, a list, a table) to `suite`'s part of the results file, after
+ * its table; for what does not fit a line, such as the memory suite's samples and verdict.
+ */
+export function reportSection(suite: string, markdown: string): void {
+  sections.push({ suite, markdown });
+}
+
+/** Every line reported so far, in order. */
+export function reportedLines(): readonly BenchLine[] {
+  return lines;
+}
+
+/** One markdown part per suite (in `order`, then any other suite in first-reported order). */
+export function renderResults(order: readonly string[]): string {
+  const suites = [...new Set([...order, ...lines.map((l) => l.suite), ...sections.map((s) => s.suite)])].filter(
+    (suite) => lines.some((l) => l.suite === suite) || sections.some((s) => s.suite === suite),
+  );
+  const out: string[] = [];
+  for (const suite of suites) {
+    out.push(`## ${suite}`, '');
+    const own = lines.filter((l) => l.suite === suite);
+    if (own.length > 0) {
+      out.push(
+        '| mode | messages/round | rounds | median msg/s | min-max msg/s (spread) | p50 / p99 ms | ratio vs baseline (paired range) | target | result |',
+        '|---|--:|--:|--:|--:|--:|---|---|---|',
+      );
+      for (const line of own) {
+        const s = stats(line.rounds);
+        const v = verdict(line, own);
+        const latency = line.p50Ms === undefined && line.p99Ms === undefined ? '' : `${ms(line.p50Ms)} / ${ms(line.p99Ms)}`;
+        const ratio = v.ratio === undefined ? '' : `${ratioText(v)} vs ${escapeCell(line.baseline ?? '')}`;
+        const result = line.target === undefined ? '' : v.pass ? 'PASS' : `**MISS**${v.detail ? ` (${escapeCell(v.detail)})` : ''}`;
+        out.push(
+          `| ${escapeCell(line.mode)} | ${grouped(line.messages)} | ${line.rounds.length} | ${grouped(s.median)} | ${grouped(s.min)}-${grouped(s.max)} (${s.spreadPct.toFixed(0)}%) | ${latency} | ${ratio} | ${escapeCell(line.target?.text ?? '')} | ${result} |`,
+        );
+      }
+      const notes = own.filter((l) => l.note);
+      if (notes.length > 0) out.push('', ...notes.map((l) => `- ${l.mode}: ${l.note}`));
+      out.push('');
+    }
+    for (const section of sections.filter((s) => s.suite === suite)) out.push(section.markdown.trimEnd(), '');
+  }
+  return out.join('\n');
+}
+
+function ratioText(v: LineVerdict): string {
+  const paired = v.paired && v.paired.length > 0 ? ` (${stats(v.paired).min.toFixed(2)}-${stats(v.paired).max.toFixed(2)})` : '';
+  return `${(v.ratio ?? 0).toFixed(2)}${paired}`;
+}
+
+function grouped(n: number): string {
+  return Math.round(n).toLocaleString('en-US');
+}
+
+function ms(value: number | undefined): string {
+  return value === undefined ? '-' : value < 10 ? value.toFixed(2) : value.toFixed(1);
+}
+
+function escapeCell(text: string): string {
+  return text.replace(/\|/g, '\\|').replace(/\n/g, ' ');
 }
