@@ -1,21 +1,127 @@
 /**
- * `pnpm bench`: runs every suite in ./suites in a fixed order. Each suite measures inboxed next to
- * the same work without it in the same run, so ratios are not skewed by a noisy machine's drift.
- * Pick suites with `pnpm bench core amqp`.
+ * `pnpm bench`: runs the suites in ./suites in a fixed order, then writes the results file. Each
+ * suite measures inboxed next to the same work without it in the same run, in paired rounds, so
+ * ratios are not skewed by a noisy machine's drift.
+ *
+ *   pnpm bench                 core, amqp, kafka, sqs -> bench/results/latest.md
+ *   pnpm bench core kafka      only these             -> bench/results/partial.md (gitignored)
+ *   pnpm bench memory          1M-message memory run  -> bench/results/partial.md
+ *
+ * Only a full run at full size (all default suites, none failed, no BENCH_SCALE or BENCH_ROUNDS)
+ * overwrites latest.md, so a development run never replaces the committed results.
  */
-import { existsSync } from 'node:fs';
+import { execFile } from 'node:child_process';
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { cpus, totalmem } from 'node:os';
+import { promisify } from 'node:util';
+import amqp from 'amqplib';
+import pg from 'pg';
+import { benchDatabaseUrl, renderResults } from './bench-kit.js';
 
 const ORDER = ['core', 'amqp', 'kafka', 'sqs'];
 const wanted = process.argv.slice(2);
 const suites = wanted.length > 0 ? wanted : ORDER;
+const started = new Date();
+const failures: string[] = [];
 
 for (const name of suites) {
   const file = new URL(`./suites/${name}.ts`, import.meta.url);
   if (!existsSync(file)) {
     console.log(`\n(${name}: no benchmark suite yet)`);
+    failures.push(`${name}: no such suite`);
     continue;
   }
-  const suite = (await import(file.href)) as { default: () => Promise<void> };
-  await suite.default();
+  const t0 = performance.now();
+  try {
+    const suite = (await import(file.href)) as { default: () => Promise<void> };
+    await suite.default();
+    console.log(`  (${name}: ${((performance.now() - t0) / 1000).toFixed(0)} s)`);
+  } catch (error) {
+    console.error(`\n${name} suite failed:`, error);
+    failures.push(`${name}: ${error instanceof Error ? error.message : String(error)}`);
+  }
 }
-process.exit(0);
+
+const sizeOverrides = Object.entries(process.env).filter(([key]) => key.startsWith('BENCH_') || key.endsWith('_BENCH_RECORDS'));
+const full =
+  ORDER.every((s) => suites.includes(s)) &&
+  suites.every((s) => ORDER.includes(s)) &&
+  failures.length === 0 &&
+  !process.env.BENCH_SCALE &&
+  !process.env.BENCH_ROUNDS;
+const target = new URL(`./results/${full ? 'latest' : 'partial'}.md`, import.meta.url);
+mkdirSync(new URL('./results/', import.meta.url), { recursive: true });
+const minutes = (Date.now() - started.getTime()) / 60_000;
+const header = [
+  `# inboxed benchmark results${full ? '' : ' (partial run)'}`,
+  '',
+  `\`pnpm bench${wanted.length > 0 ? ` ${wanted.join(' ')}` : ''}\`, started ${started.toISOString()}, took ${minutes.toFixed(1)} min.`,
+  '',
+  ...(await machine()).map((line) => `- ${line}`),
+  ...(sizeOverrides.length > 0 ? [`- size overrides: ${sizeOverrides.map(([k, v]) => `${k}=${v}`).join(', ')}`] : []),
+  ...(failures.length > 0 ? ['', ...failures.map((f) => `**Failed**: ${f}`)] : []),
+  '',
+  'Columns: *median msg/s* is the median over the rounds; *min-max (spread)* the slowest and fastest round and',
+  '(max-min)/median; *p50 / p99* the latency of one message (one batch where the mode says so) in the median',
+  'round; *ratio* is median(line)/median(baseline), with the range of the per-round paired ratios (each round',
+  'runs both lines back to back, alternating which goes first); *result* is PASS when every target holds.',
+  '',
+].join('\n');
+writeFileSync(target, `${header}\n${renderResults(ORDER)}`);
+console.log(`\nresults written to bench/results/${full ? 'latest' : 'partial'}.md`);
+process.exit(failures.length > 0 ? 1 : 0);
+
+/** The machine the numbers come from: CPU, memory, Node, and each service's version. */
+async function machine(): Promise<string[]> {
+  const cpu = cpus();
+  const out = [
+    `CPU: ${cpu[0]?.model.trim() ?? 'unknown'} x ${cpu.length}; memory ${(totalmem() / 2 ** 30).toFixed(1)} GiB; Node ${process.version} (${process.platform} ${process.arch})`,
+  ];
+  out.push(
+    `PostgreSQL: ${await attempt(async () => {
+      const client = new pg.Client({ connectionString: benchDatabaseUrl() });
+      await client.connect();
+      try {
+        const { rows } = await client.query<{ version: string }>('select version()');
+        return `${rows[0]?.version ?? '?'} at ${new URL(benchDatabaseUrl()).host}`;
+      } finally {
+        await client.end();
+      }
+    })}`,
+  );
+  out.push(
+    `RabbitMQ: ${await attempt(async () => {
+      const url = process.env.AMQP_URL ?? 'amqp://guest:guest@127.0.0.1:5672';
+      const connection = await amqp.connect(url);
+      try {
+        const properties = (connection.connection as unknown as { serverProperties?: Record<string, unknown> }).serverProperties ?? {};
+        return `${String(properties.product ?? 'RabbitMQ')} ${String(properties.version ?? '?')} at ${new URL(url).host}`;
+      } finally {
+        await connection.close();
+      }
+    })}`,
+  );
+  out.push(
+    `Kafka: ${
+      process.env.KAFKA_BROKERS
+        ? `KAFKA_BROKERS=${process.env.KAFKA_BROKERS}`
+        : `librdkafka mock cluster (test/support/kafka-mock), librdkafka ${await attempt(async () => (await promisify(execFile)('pkg-config', ['--modversion', 'rdkafka'])).stdout.trim())}`
+    }`,
+  );
+  out.push(
+    `SQS: ${
+      process.env.SQS_ENDPOINT
+        ? `SQS_ENDPOINT=${process.env.SQS_ENDPOINT}`
+        : `fauxqs ${await attempt(async () => (JSON.parse(readFileSync(new URL('./node_modules/fauxqs/package.json', import.meta.url), 'utf8')) as { version: string }).version)} (in process)`
+    }`,
+  );
+  return out;
+}
+
+async function attempt(read: () => Promise<string>): Promise<string> {
+  try {
+    return await read();
+  } catch (error) {
+    return `unknown (${error instanceof Error ? error.message : String(error)})`;
+  }
+}

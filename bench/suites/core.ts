@@ -1,16 +1,25 @@
 /**
  * Core benchmark on real PostgreSQL: the same handler (one domain insert) as a bare transaction
- * and under withInbox, at concurrency 1 and 8, then withInboxBatch with a set-based handler.
- * Each round measures bare and inbox back to back (alternating which goes first) and yields one
- * ratio; the reported figures are medians over the rounds, so a noisy neighbour on a shared
- * machine hurts both sides of a pair alike instead of skewing the ratio.
+ * and under withInbox, at concurrency 1 and 8; then the same set-based insert
+ * (`insert ... select from unnest(...)`, 100 messages per transaction) bare and under
+ * withInboxBatch.
+ *
+ * Method: every measured run starts from the same
+ * state. The effects table and the inbox are truncated before each run and a CHECKPOINT is taken
+ * (unless BENCH_CORE_CHECKPOINT=0), so no run pays for the rows, index pages or WAL of the runs
+ * before it, and no checkpoint's full-page writes land inside one run but not its pair. Bare and
+ * inboxed runs alternate in paired rounds (bare first, then inbox first, ...); the table shows
+ * medians and the range of the per-round ratios.
+ *
+ * Env: BENCH_SCALE (message counts), BENCH_ROUNDS (default 7 per-message, 9 batch),
+ * BENCH_CORE_BATCH_WORKERS (default 2), BENCH_CORE_CHECKPOINT (default 1).
  */
 import { migrate, withInbox, withInboxBatch, type InboxMessage } from '@inboxed/core';
 import { sql } from 'drizzle-orm';
 import { drizzle } from 'drizzle-orm/node-postgres';
 import { bigserial, jsonb, pgSchema, text } from 'drizzle-orm/pg-core';
 import pg from 'pg';
-import { benchDatabaseUrl, measure, percentile, printTable, rate, type RunStats } from '../bench-kit.js';
+import { benchDatabaseUrl, benchRounds, measure, medianRun, pairedRounds, report, scaled, type RunStats } from '../bench-kit.js';
 
 const SCHEMA = `bench_core_${process.pid}`;
 const effects = pgSchema(SCHEMA).table('effects', {
@@ -19,10 +28,15 @@ const effects = pgSchema(SCHEMA).table('effects', {
   payload: jsonb('payload'),
 });
 
-const ROUNDS = 7;
-const PER_ROUND = { 1: 800, 8: 2_000 } as const;
+const ROUNDS = benchRounds(7);
+const BATCH_ROUNDS = benchRounds(9);
+const PER_ROUND = { 1: scaled(1_500, 50), 8: scaled(4_000, 100) } as const;
 const BATCH_SIZE = 100;
-const BATCH_MESSAGES = 40_000;
+const BATCH_MESSAGES = scaled(30_000, 10 * BATCH_SIZE);
+const BATCH_WORKERS = Number(process.env.BENCH_CORE_BATCH_WORKERS ?? 2);
+const CHECKPOINT = process.env.BENCH_CORE_CHECKPOINT !== '0';
+
+type Payload = { amount: number; currency: string };
 
 export default async function run(): Promise<void> {
   const pool = new pg.Pool({ connectionString: benchDatabaseUrl(), max: 10 });
@@ -32,75 +46,115 @@ export default async function run(): Promise<void> {
   await migrate(db, { schema: SCHEMA });
 
   let seq = 0;
-  const message = (): InboxMessage<{ amount: number; currency: string }> => ({ id: `m-${++seq}`, payload: { amount: seq, currency: 'EUR' } });
+  const message = (): InboxMessage<Payload> => ({ id: `m-${++seq}`, payload: { amount: seq, currency: 'EUR' } });
 
-  const bare = (m: InboxMessage<{ amount: number; currency: string }>) =>
+  /** Empties the tables every run writes to, so each run starts from the same state. */
+  const fresh = async () => {
+    await pool.query(`truncate "${SCHEMA}".effects, "${SCHEMA}".inbox`);
+    await pool.query(`analyze "${SCHEMA}".effects, "${SCHEMA}".inbox`);
+    if (CHECKPOINT) await pool.query('checkpoint').catch(() => undefined); // needs superuser or pg_checkpoint
+  };
+
+  const bare = (m: InboxMessage<Payload>) =>
     db.transaction(async (tx) => {
       await tx.insert(effects).values({ messageId: m.id, payload: m.payload });
     });
-  const inbox = withInbox<typeof db, { amount: number; currency: string }>(
+  const inbox = withInbox<typeof db, Payload>(
     async (m, tx) => {
       await tx.insert(effects).values({ messageId: m.id, payload: m.payload });
     },
     { db, consumer: 'bench', tables: { schema: SCHEMA } },
   );
 
-  try {
-    await measure(500, 8, () => bare(message())); // warm-up: connections, plans, caches
-    await measure(500, 8, async () => void (await inbox(message())));
+  // Set-based: one INSERT ... SELECT FROM unnest(arrays) for the whole batch, bare and inboxed.
+  const insertBatch = (messages: InboxMessage<Payload>[]) =>
+    sql`insert into ${effects} (message_id, payload)
+      select * from unnest(${sql.param(messages.map((m) => m.id))}::text[], ${sql.param(messages.map((m) => JSON.stringify(m.payload)))}::jsonb[])`;
+  const bareBatch = (messages: InboxMessage<Payload>[]) =>
+    db.transaction(async (tx) => {
+      await tx.execute(insertBatch(messages));
+    });
+  const inboxBatch = withInboxBatch<typeof db, Payload>(
+    async (messages, tx) => {
+      await tx.execute(insertBatch(messages));
+    },
+    { db, consumer: 'bench-batch', tables: { schema: SCHEMA } },
+  );
 
-    const rows: (string | number)[][] = [];
-    const ratios: string[] = [];
+  try {
+    // Warm-up: connections, prepared plans, caches, JIT of both code paths.
+    await measure(scaled(500, 50), 8, () => bare(message()));
+    await measure(scaled(500, 50), 8, async () => void (await inbox(message())));
+    await measure(scaled(30, 5), BATCH_WORKERS, () => bareBatch(Array.from({ length: BATCH_SIZE }, message)));
+    await measure(scaled(30, 5), BATCH_WORKERS, async () => void (await inboxBatch(Array.from({ length: BATCH_SIZE }, message))));
+
     for (const concurrency of [1, 8] as const) {
-      const bares: RunStats[] = [];
-      const inboxes: RunStats[] = [];
-      const pairRatios: number[] = [];
-      const runBare = () => measure(PER_ROUND[concurrency], concurrency, () => bare(message()));
-      const runInbox = () =>
-        measure(PER_ROUND[concurrency], concurrency, async () => {
+      const runBare = async () => {
+        await fresh();
+        return measure(PER_ROUND[concurrency], concurrency, () => bare(message()));
+      };
+      const runInbox = async () => {
+        await fresh();
+        return measure(PER_ROUND[concurrency], concurrency, async () => {
           const outcome = await inbox(message());
           if (outcome.status !== 'processed') throw new Error(`unexpected ${outcome.status}`, { cause: outcome.error });
         });
-      for (let round = 0; round < ROUNDS; round++) {
-        const [b, i] = round % 2 === 0 ? [await runBare(), await runInbox()] : ([await runInbox(), await runBare()].reverse() as [RunStats, RunStats]);
-        bares.push(b);
-        inboxes.push(i);
-        pairRatios.push(i.perSecond / b.perSecond);
-      }
-      const median = (runs: RunStats[]) => [...runs].sort((x, y) => x.perSecond - y.perSecond)[Math.floor(runs.length / 2)]!;
-      const medianBare = median(bares);
-      const medianInbox = median(inboxes);
-      const ratio = percentile(pairRatios, 0.5);
-      rows.push([`bare transaction`, concurrency, rate(medianBare.perSecond), medianBare.p50Ms.toFixed(2), medianBare.p99Ms.toFixed(2), '']);
-      rows.push([`withInbox`, concurrency, rate(medianInbox.perSecond), medianInbox.p50Ms.toFixed(2), medianInbox.p99Ms.toFixed(2), ratio.toFixed(2)]);
-      console.log(`  c${concurrency} paired ratios: ${[...pairRatios].map((r) => r.toFixed(2)).join(' ')}`);
-      ratios.push(`c${concurrency}=${ratio.toFixed(2)}`);
+      };
+      const { a: bares, b: inboxes } = await pairedRounds(ROUNDS, runBare, runInbox);
+      const bareMode = `bare transaction c${concurrency}`;
+      line(bareMode, PER_ROUND[concurrency], bares);
+      line(`withInbox c${concurrency}`, PER_ROUND[concurrency], inboxes, {
+        baseline: bareMode,
+        ...(concurrency === 8 ? { target: { ratio: 0.85, text: '>= 0.85 of bare' } } : {}),
+      });
     }
 
-    // Set-based: one INSERT ... SELECT FROM unnest(arrays) for the whole batch.
-    const batch = withInboxBatch<typeof db, { amount: number; currency: string }>(
-      async (messages, tx) => {
-        await tx.execute(sql`insert into ${effects} (message_id, payload)
-        select * from unnest(${sql.param(messages.map((m) => m.id))}::text[], ${sql.param(messages.map((m) => JSON.stringify(m.payload)))}::jsonb[])`);
-      },
-      { db, consumer: 'bench-batch', tables: { schema: SCHEMA } },
-    );
     const batches = BATCH_MESSAGES / BATCH_SIZE;
-    const batchStats = await measure(batches, 4, async () => {
-      const outcomes = await batch(Array.from({ length: BATCH_SIZE }, message));
-      if (outcomes.some((o) => o.status !== 'processed')) throw new Error('unexpected batch outcome');
+    const runBareBatch = async () => {
+      await fresh();
+      return measure(batches, BATCH_WORKERS, () => bareBatch(Array.from({ length: BATCH_SIZE }, message)));
+    };
+    const runInboxBatch = async () => {
+      await fresh();
+      return measure(batches, BATCH_WORKERS, async () => {
+        const outcomes = await inboxBatch(Array.from({ length: BATCH_SIZE }, message));
+        if (outcomes.some((o) => o.status !== 'processed')) throw new Error('unexpected batch outcome');
+      });
+    };
+    const { a: bareBatches, b: inboxBatches } = await pairedRounds(BATCH_ROUNDS, runBareBatch, runInboxBatch);
+    const bareBatchMode = 'bare batch (same set-based insert, no inbox)';
+    const batchNote = `${BATCH_SIZE} messages per transaction, ${BATCH_WORKERS} workers; p50/p99 per batch`;
+    line(bareBatchMode, BATCH_MESSAGES, bareBatches, { perMessage: BATCH_SIZE, note: batchNote });
+    line('withInboxBatch', BATCH_MESSAGES, inboxBatches, {
+      note: batchNote,
+      perMessage: BATCH_SIZE,
+      baseline: bareBatchMode,
+      target: { ratio: 0.8, perSecond: 30_000, text: '>= 0.80 of bare batch and >= 30,000 msg/s' },
     });
-    const batchRate = (batches * BATCH_SIZE) / batchStats.seconds;
-    rows.push([`withInboxBatch (${BATCH_SIZE}/tx, 4 workers)`, 4, rate(batchRate), batchStats.p50Ms.toFixed(2), batchStats.p99Ms.toFixed(2), '']);
-
-    printTable(
-      `core: PostgreSQL ${new URL(benchDatabaseUrl()).host}, medians of ${ROUNDS} paired rounds (p50/p99 per message; per batch for batch rows)`,
-      ['mode', 'conc', 'throughput', 'p50 ms', 'p99 ms', 'ratio'],
-      rows,
-    );
-    console.log(`  per-message ratio withInbox/bare: ${ratios.join(', ')} (target >= 0.85 at c8); batch: ${rate(batchRate)} (target >= 25,000)`);
   } finally {
     await pool.query(`drop schema "${SCHEMA}" cascade`);
     await pool.end();
   }
+}
+
+/** Reports one core line from its runs; `perMessage` turns a run of batches into messages per second. */
+function line(
+  mode: string,
+  messages: number,
+  runs: RunStats[],
+  options: { perMessage?: number; baseline?: string; target?: { ratio?: number; perSecond?: number; text: string }; note?: string } = {},
+): void {
+  const perRun = options.perMessage ?? 1;
+  const median = medianRun(runs);
+  report({
+    suite: 'core',
+    mode,
+    messages,
+    rounds: runs.map((r) => r.perSecond * perRun),
+    p50Ms: median.p50Ms,
+    p99Ms: median.p99Ms,
+    ...(options.baseline !== undefined ? { baseline: options.baseline } : {}),
+    ...(options.target !== undefined ? { target: options.target } : {}),
+    ...(options.note !== undefined ? { note: options.note } : {}),
+  });
 }
