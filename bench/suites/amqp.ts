@@ -1,165 +1,418 @@
 /**
- * RabbitMQ suite: a pre-filled queue drained three ways in the same run, so the ratios compare
- * like with like on this machine: raw amqplib consume+ack (no database), `@inboxed/amqp` with a
- * per-message processor (one transaction per message), and with a batch processor (one
- * transaction per batch). Raw and batch runs alternate for ROUNDS rounds and the best of each is
- * reported, which keeps a noisy shared machine from deciding the ratio.
- * Env: AMQP_URL (default the local broker), DATABASE_URL (default the local test database),
- * BENCH_AMQP_MESSAGES (default 20000), BENCH_AMQP_BATCH (default 200), BENCH_AMQP_ROUNDS (default 2).
+ * RabbitMQ suite: pre-filled persistent messages drained into PostgreSQL by every line in the same
+ * run, in alternating order over several rounds:
+ * - raw amqplib consume + ack (no database): the broker's ceiling, for context;
+ * - bare batch: a hand-written consumer with the adapter's batching (prefetch 4 x batch, batches of
+ *   `BATCH` or what arrived within 20 ms), one transaction per batch with the set-based insert, and
+ *   only after COMMIT `ack(lastTag, multiple)` (in delivery order); no inbox table;
+ * - `@inboxed/amqp` batch (withInboxBatch, the same insert), compared with bare batch;
+ * - the adapter with a no-op batch processor: the adapter's own cost (decode, collect, ack);
+ * - bare per-message and `@inboxed/amqp` per-message (withInbox): one transaction per message,
+ *   prefetch 32 each;
+ * - the peer: pg-transactional-outbox's inbox (polling listener; this server's wal_level is not
+ *   `logical`, which its replication listener needs) fed by an amqplib consumer that stores each
+ *   delivery in the peer's inbox table and acks after that commit; the peer's listener then runs
+ *   the same domain insert, one message per transaction.
+ * Every line is clocked per message from delivery to ack (for the peer: to the commit of its
+ * handler's transaction), see broker-harness.ts.
+ * Env: AMQP_URL, DATABASE_URL, BENCH_SCALE (sizes), BENCH_ROUNDS (default 5), BENCH_AMQP_BATCH (default 200).
  */
-import { createAmqpConsumer } from '@inboxed/amqp';
-import { migrate, withInbox, withInboxBatch, type AnyInboxProcessor } from '@inboxed/core';
+import { type AmqpConnection, createAmqpConsumer } from '@inboxed/amqp';
+import { type AnyInboxProcessor, migrate, withInbox, withInboxBatch } from '@inboxed/core';
 import amqp from 'amqplib';
-import { sql } from 'drizzle-orm';
 import { drizzle } from 'drizzle-orm/node-postgres';
-import { integer, pgSchema, text } from 'drizzle-orm/pg-core';
 import pg from 'pg';
-import { benchDatabaseUrl, printTable, rate } from '../bench-kit.js';
+import {
+  DatabaseSetup,
+  type DatabaseClient,
+  executeTransaction,
+  type GeneralMessageHandler,
+  getDisabledLogger,
+  initializeMessageStorage,
+  initializePollingMessageListener,
+  type PollingListenerConfig,
+  type TransactionalMessage,
+} from 'pg-transactional-outbox';
+import { benchDatabaseUrl, benchRounds, report, reportSection, scaled } from '../bench-kit.js';
+import {
+  createOrdersTable,
+  expectRows,
+  insertOrdersBare,
+  insertOrdersInTx,
+  messageUuid,
+  type Order,
+  type OrderMessage,
+  orderOf,
+  resetTables,
+  runLines,
+  type Sample,
+  Tracker,
+  within,
+} from '../broker-harness.js';
 
 const AMQP_URL = process.env.AMQP_URL ?? 'amqp://guest:guest@127.0.0.1:5672';
-const MESSAGES = Number(process.env.BENCH_AMQP_MESSAGES ?? 20_000);
-/** The per-message mode is ~10x slower; a quarter of the messages measures it just as well. */
-const SINGLE_MESSAGES = Math.max(1000, Math.floor(MESSAGES / 4));
-const BATCH_SIZE = Number(process.env.BENCH_AMQP_BATCH ?? 200);
-const ROUNDS = Number(process.env.BENCH_AMQP_ROUNDS ?? 2);
-const RAW_PREFETCH = 400;
+const MESSAGES = scaled(20_000, 500);
+/** Per-message lines run ~10x slower; a quarter of the messages measures them as well. */
+const SINGLE_MESSAGES = scaled(5_000, 200);
+const BATCH = Number(process.env.BENCH_AMQP_BATCH ?? 200);
+const BATCH_WAIT_MS = 20;
+const BATCH_PREFETCH = 4 * BATCH;
+const SINGLE_PREFETCH = 32;
+const POOL_SIZE = 20;
+const ROUNDS = benchRounds(5);
+/** The peer's polling listener: messages in flight at once (its `nextMessagesBatchSize`) and poll interval. */
+const PEER_CONCURRENCY = Number(process.env.BENCH_AMQP_PEER_CONCURRENCY ?? 20);
+const PEER_POLL_MS = 50;
+const RUN_TIMEOUT_MS = 180_000;
 
-let prefillRun = 0;
-async function prefill(channel: amqp.ConfirmChannel, queue: string, count: number): Promise<void> {
-  const tag = `r${++prefillRun}`;
-  for (let i = 0; i < count; i++) {
-    const body = Buffer.from(JSON.stringify({ orderId: prefillRun * 1_000_000 + i, amount: i % 100, customer: `c-${i % 997}` }));
-    channel.sendToQueue(queue, body, { messageId: `${tag}-${i}`, contentType: 'application/json', persistent: true });
-    if (i % 1000 === 999) await channel.waitForConfirms();
-  }
-  await channel.waitForConfirms();
+/** The clock of the run in progress; the instrumented channels report to it. */
+let tracker: Tracker | undefined;
+
+/**
+ * Hooks a channel's `consume` (a delivery is received) and `ack` (settled; `multiple` settles every
+ * older outstanding delivery). The adapter and the hand-written consumers get the same hooks.
+ */
+function instrument<C extends amqp.Channel>(channel: C, settleOnAck = true): C {
+  const outstanding: { tag: number; id: string }[] = [];
+  const consume = channel.consume.bind(channel);
+  channel.consume = ((queue: string, onMessage: (msg: amqp.ConsumeMessage | null) => void, options?: amqp.Options.Consume) =>
+    consume(
+      queue,
+      (msg) => {
+        if (msg !== null) {
+          const id = String(msg.properties.messageId);
+          tracker?.received(id);
+          outstanding.push({ tag: msg.fields.deliveryTag, id });
+        }
+        onMessage(msg);
+      },
+      options,
+    )) as C['consume'];
+  const ack = channel.ack.bind(channel);
+  channel.ack = ((msg: amqp.Message, allUpTo?: boolean) => {
+    ack(msg, allUpTo);
+    const tag = msg.fields.deliveryTag;
+    const now = performance.now();
+    if (allUpTo) {
+      while (outstanding.length > 0 && outstanding[0]!.tag <= tag) {
+        const { id } = outstanding.shift()!;
+        if (settleOnAck) tracker?.settled(id, now);
+      }
+    } else {
+      const i = outstanding.findIndex((o) => o.tag === tag);
+      if (i >= 0) {
+        if (settleOnAck) tracker?.settled(outstanding[i]!.id, now);
+        outstanding.splice(i, 1);
+      }
+    }
+  }) as C['ack'];
+  const nack = channel.nack.bind(channel);
+  channel.nack = ((msg: amqp.Message, allUpTo?: boolean, requeue?: boolean) => {
+    nack(msg, allUpTo, requeue);
+    const i = outstanding.findIndex((o) => o.tag === msg.fields.deliveryTag);
+    if (i >= 0) outstanding.splice(i, 1);
+  }) as C['nack'];
+  return channel;
 }
 
-/** Raw amqplib: consume and ack every message, nothing else. */
-async function rawConsume(connection: amqp.ChannelModel, queue: string, count: number): Promise<number> {
-  const channel = await connection.createChannel();
-  await channel.prefetch(RAW_PREFETCH);
-  let seen = 0;
-  const started = performance.now();
-  await new Promise<void>((resolve) => {
-    void channel.consume(queue, (message) => {
-      if (message === null) return;
-      channel.ack(message);
-      if (++seen === count) resolve();
-    });
-  });
-  const seconds = (performance.now() - started) / 1000;
-  await channel.close();
-  return count / seconds;
-}
-
-/** `@inboxed/amqp` end to end: consume, one inbox transaction (per message or per batch), ack. */
-async function inboxedConsume(queue: string, handler: AnyInboxProcessor, count: number): Promise<number> {
-  const consumer = createAmqpConsumer({ url: AMQP_URL, queue, handler, batchSize: BATCH_SIZE, batchWaitMs: 20 });
-  consumer.on('error', (error) => console.error('[bench amqp]', error));
-  let done = 0;
-  let finish!: () => void;
-  const finished = new Promise<void>((resolve) => (finish = resolve));
-  const count1 = () => {
-    if (++done === count) finish();
-  };
-  consumer.on('message_processed', count1);
-  consumer.on('duplicate', count1);
-  const started = performance.now();
-  await consumer.start();
-  await finished;
-  const seconds = (performance.now() - started) / 1000;
-  await consumer.stop();
-  return count / seconds;
+function decode(delivery: amqp.ConsumeMessage): OrderMessage {
+  return { id: String(delivery.properties.messageId), order: JSON.parse(delivery.content.toString()) as Order };
 }
 
 export default async function amqpSuite(): Promise<void> {
-  const schema = `bench_amqp_${Date.now().toString(36)}`;
-  const queue = `bench.amqp.${Date.now().toString(36)}`;
-  const pool = new pg.Pool({ connectionString: benchDatabaseUrl(), max: 20 });
+  const suffix = Date.now().toString(36);
+  const schema = `bench_amqp_${suffix}`;
+  const peerSchema = `bench_amqp_peer_${suffix}`;
+  const queue = `bench.amqp.${suffix}`;
+  const pool = new pg.Pool({ connectionString: benchDatabaseUrl(), max: POOL_SIZE });
   const connection = await amqp.connect(AMQP_URL);
-  const channel = await connection.createConfirmChannel();
+  const prefillChannel = await connection.createConfirmChannel();
+  /** The connection handed to the adapter: its channels are instrumented like the hand-written consumers'. */
+  const adapterConnection: AmqpConnection = {
+    createChannel: async () => instrument(await connection.createChannel()),
+    createConfirmChannel: () => connection.createConfirmChannel(),
+    close: async () => {},
+    on: (event, listener) => connection.on(event, listener),
+    off: (event, listener) => connection.off(event, listener),
+  };
+  const { wal_level } = (await pool.query<{ wal_level: string }>('show wal_level')).rows[0]!;
+
+  let sequence = 0;
+  const prefill = async (count: number): Promise<void> => {
+    for (let i = 0; i < count; i++) {
+      const n = ++sequence;
+      prefillChannel.sendToQueue(queue, Buffer.from(JSON.stringify(orderOf(n))), {
+        messageId: messageUuid(n),
+        contentType: 'application/json',
+        persistent: true,
+      });
+      if (i % 1000 === 999) await prefillChannel.waitForConfirms();
+    }
+    await prefillChannel.waitForConfirms();
+  };
+
   try {
-    await channel.assertQueue(queue, { durable: true });
-    await pool.query(`create schema "${schema}"`);
-    await pool.query(
-      `create table "${schema}".orders (order_id integer primary key, message_id text not null, amount integer not null, customer text not null)`,
-    );
+    await prefillChannel.assertQueue(queue, { durable: true });
+    await createOrdersTable(pool, schema);
     const db = drizzle(pool);
     await migrate(db, { schema });
-    const orders = pgSchema(schema).table('orders', {
-      orderId: integer('order_id').primaryKey(),
-      messageId: text('message_id').notNull(),
-      amount: integer('amount').notNull(),
-      customer: text('customer').notNull(),
-    });
-    type Order = { orderId: number; amount: number; customer: string };
+    const ordersName = `"${schema}".orders`;
+    const inboxName = `"${schema}".inbox`;
+    const insert = insertOrdersInTx(schema);
     const tables = { schema };
-    const single = withInbox<typeof db, Order>(
-      async (message, tx) => {
-        await tx.insert(orders).values({ ...message.payload, messageId: message.id });
-      },
-      { db, consumer: 'bench.single', tables },
-    );
-    // Set-based: one INSERT ... SELECT FROM unnest(arrays) for the whole batch, the way a
-    // throughput-minded handler writes it (Drizzle's multi-row values() costs more client CPU).
-    const batch = withInboxBatch<typeof db, Order>(
-      async (messages, tx) => {
-        await tx.execute(sql`insert into ${orders} (order_id, message_id, amount, customer)
-        select * from unnest(${sql.param(messages.map((m) => m.payload.orderId))}::int[], ${sql.param(messages.map((m) => m.id))}::text[],
-                             ${sql.param(messages.map((m) => m.payload.amount))}::int[], ${sql.param(messages.map((m) => m.payload.customer))}::text[])`);
-      },
-      { db, consumer: 'bench.batch', tables },
-    );
-
-    const raws: number[] = [];
-    const batches: number[] = [];
-    for (let round = 0; round < ROUNDS; round++) {
-      await prefill(channel, queue, MESSAGES);
-      raws.push(await rawConsume(connection, queue, MESSAGES));
-      await prefill(channel, queue, MESSAGES);
-      batches.push(await inboxedConsume(queue, batch, MESSAGES));
-    }
-    // The adapter alone: the same batch pipeline with a processor that touches no database, to
-    // separate the adapter's own cost (decode, collect, ack) from the inbox transaction's.
+    const batchProcessor = withInboxBatch<typeof db, Order>((messages, tx) => insert(messages, tx), { db, consumer: 'bench.batch', tables });
+    const singleProcessor = withInbox<typeof db, Order>((message, tx) => insert([message], tx), { db, consumer: 'bench.single', tables });
     const noDatabase = Object.assign(
       async (messages: readonly { id: string }[]) => messages.map((m) => ({ status: 'processed' as const, messageId: m.id, consumer: 'bench.no-db' })),
       { kind: 'batch' as const, consumer: 'bench.no-db', checkTables: async () => {}, observe: () => {} },
-    );
-    await prefill(channel, queue, MESSAGES);
-    const adapterOnly = await inboxedConsume(queue, noDatabase, MESSAGES);
-    await prefill(channel, queue, SINGLE_MESSAGES);
-    const perMessage = await inboxedConsume(queue, single, SINGLE_MESSAGES);
+    ) as unknown as AnyInboxProcessor;
 
-    const { rows } = await pool.query<{ n: number }>(`select count(*)::int as n from "${schema}".orders`);
-    const expected = ROUNDS * MESSAGES + SINGLE_MESSAGES;
-    if (Number(rows[0]!.n) !== expected) throw new Error(`expected ${expected} orders, found ${rows[0]!.n}`);
+    // The peer's inbox table, polling function and indexes, from its own setup helper.
+    const peerSetup = {
+      outboxOrInbox: 'inbox' as const,
+      database: 'test',
+      schema: peerSchema,
+      table: 'inbox',
+      listenerRole: 'postgres',
+      nextMessagesName: 'next_inbox_messages',
+    };
+    await pool.query(`create schema "${peerSchema}"`);
+    await pool.query(DatabaseSetup.dropAndCreateTable(peerSetup));
+    await pool.query(DatabaseSetup.createPollingFunction(peerSetup));
+    // Its index script also drops same-named indexes unqualified (on the search path): only the creates run here.
+    await pool.query(DatabaseSetup.setupPollingIndexes(peerSetup).replace(/^DROP INDEX.*$/gm, ''));
+    const peerInboxName = `"${peerSchema}".inbox`;
 
-    const raw = Math.max(...raws);
-    const best = Math.max(...batches);
-    const all = (xs: number[]) => xs.map((x) => Math.round(x).toLocaleString('en-US')).join(' / ');
-    printTable(
-      `RabbitMQ: pre-filled persistent messages into PostgreSQL (best of ${ROUNDS} rounds; all rounds in brackets)`,
-      ['mode', 'messages', 'throughput', 'vs raw consume+ack'],
+    /** Starts the clock for `count` messages, pre-fills them and empties the tables (neither timed). */
+    const prepare = async (count: number, truncate: string[]): Promise<Tracker> => {
+      await prefill(count);
+      if (truncate.length > 0) await resetTables(pool, truncate);
+      tracker = new Tracker(count);
+      return tracker;
+    };
+    const finish = async (clock: Tracker, failed: Promise<never>, label: string): Promise<Sample> => {
+      await within(Promise.race([clock.done, failed]), RUN_TIMEOUT_MS, label);
+      tracker = undefined;
+      return clock.sample();
+    };
+    const failure = () => {
+      let fail!: (error: unknown) => void;
+      const failed = new Promise<never>((_, reject) => (fail = reject));
+      failed.catch(() => undefined);
+      return { failed, fail };
+    };
+
+    const raw = async (): Promise<Sample> => {
+      const clock = await prepare(MESSAGES, []);
+      const channel = instrument(await connection.createChannel());
+      await channel.prefetch(BATCH_PREFETCH);
+      let seen = 0;
+      await channel.consume(queue, (delivery) => {
+        if (delivery === null) return;
+        // One `multiple` ack per BATCH deliveries, as the batch lines ack.
+        if (++seen % BATCH === 0 || seen === MESSAGES) channel.ack(delivery, true);
+      });
+      const sample = await finish(clock, new Promise<never>(() => {}), 'raw');
+      await channel.close();
+      return sample;
+    };
+
+    const bareBatch = async (): Promise<Sample> => {
+      const clock = await prepare(MESSAGES, [ordersName]);
+      const { failed, fail } = failure();
+      const channel = instrument(await connection.createChannel());
+      await channel.prefetch(BATCH_PREFETCH);
+      // Batches commit concurrently; acks go out in delivery order, as a `multiple` ack covers every older delivery.
+      const inFlight: { last: number; committed: boolean }[] = [];
+      const ackCommitted = () => {
+        let last: number | undefined;
+        while (inFlight.length > 0 && inFlight[0]!.committed) last = inFlight.shift()!.last;
+        if (last !== undefined) channel.ack({ fields: { deliveryTag: last } } as amqp.Message, true);
+      };
+      let pending: amqp.ConsumeMessage[] = [];
+      let timer: NodeJS.Timeout | undefined;
+      const processPending = () => {
+        clearTimeout(timer);
+        timer = undefined;
+        const batch = pending;
+        pending = [];
+        const entry = { last: batch[batch.length - 1]!.fields.deliveryTag, committed: false };
+        inFlight.push(entry);
+        insertOrdersBare(pool, schema, batch.map(decode)).then(() => {
+          entry.committed = true;
+          ackCommitted();
+        }, fail);
+      };
+      await channel.consume(queue, (delivery) => {
+        if (delivery === null) return;
+        pending.push(delivery);
+        if (pending.length >= BATCH) processPending();
+        else if (timer === undefined) timer = setTimeout(processPending, BATCH_WAIT_MS);
+      });
+      const sample = await finish(clock, failed, 'bare batch');
+      await channel.close();
+      await expectRows(pool, ordersName, MESSAGES, 'bare batch');
+      return sample;
+    };
+
+    const bareSingle = async (): Promise<Sample> => {
+      const clock = await prepare(SINGLE_MESSAGES, [ordersName]);
+      const { failed, fail } = failure();
+      const channel = instrument(await connection.createChannel());
+      await channel.prefetch(SINGLE_PREFETCH);
+      await channel.consume(queue, (delivery) => {
+        if (delivery === null) return;
+        insertOrdersBare(pool, schema, [decode(delivery)]).then(() => channel.ack(delivery), fail);
+      });
+      const sample = await finish(clock, failed, 'bare per-message');
+      await channel.close();
+      await expectRows(pool, ordersName, SINGLE_MESSAGES, 'bare per-message');
+      return sample;
+    };
+
+    const inboxed = async (handler: AnyInboxProcessor, count: number, label: string, verify: boolean): Promise<Sample> => {
+      const clock = await prepare(count, verify ? [ordersName, inboxName] : []);
+      const { failed, fail } = failure();
+      const consumer = createAmqpConsumer({ connection: adapterConnection, queue, handler, batchSize: BATCH, batchWaitMs: BATCH_WAIT_MS });
+      consumer.on('error', fail);
+      await consumer.start();
+      const sample = await finish(clock, failed, label);
+      await consumer.stop();
+      if (verify) {
+        await expectRows(pool, ordersName, count, label);
+        await expectRows(pool, inboxName, count, label);
+      }
+      return sample;
+    };
+
+    const peer = async (): Promise<Sample> => {
+      const clock = await prepare(SINGLE_MESSAGES, [ordersName, peerInboxName]);
+      const { failed, fail } = failure();
+      const listenerConfig = { connectionString: benchDatabaseUrl() };
+      const config: PollingListenerConfig = {
+        outboxOrInbox: 'inbox',
+        dbListenerConfig: listenerConfig,
+        dbHandlerConfig: listenerConfig,
+        settings: {
+          dbSchema: peerSchema,
+          dbTable: 'inbox',
+          enableMaxAttemptsProtection: true,
+          enablePoisonousMessageProtection: true,
+          nextMessagesFunctionSchema: peerSchema,
+          nextMessagesFunctionName: 'next_inbox_messages',
+          nextMessagesBatchSize: PEER_CONCURRENCY,
+          nextMessagesPollingIntervalInMs: PEER_POLL_MS,
+        },
+      };
+      const logger = getDisabledLogger();
+      const store = initializeMessageStorage(config, logger);
+      // Ids whose handler ran in the transaction in progress (the listener skips a message it cannot lock, and commits nothing then).
+      const handled = new Set<string>();
+      const handler: GeneralMessageHandler = {
+        handle: async (message: TransactionalMessage, client: DatabaseClient) => {
+          const order = message.payload as Order;
+          await client.query(
+            `insert into ${ordersName} (order_id, message_id, amount, customer) select * from unnest($1::int[], $2::text[], $3::int[], $4::text[])`,
+            [[order.orderId], [message.id], [order.amount], [order.customer]],
+          );
+          handled.add(message.id);
+        },
+      };
+      // The handler's transactions run on this pool; a message is settled when its client is released after COMMIT.
+      const handlerPool = new pg.Pool({ connectionString: benchDatabaseUrl(), max: POOL_SIZE });
+      const [shutdown] = initializePollingMessageListener(config, handler, logger, {
+        messageProcessingDbClientStrategy: {
+          getClient: async (message) => {
+            const client = await handlerPool.connect();
+            const release = client.release.bind(client);
+            client.release = (error?: Error | boolean) => {
+              if (error === undefined && handled.delete(message.id)) tracker?.settled(message.id);
+              return release(error);
+            };
+            return client;
+          },
+          shutdown: () => handlerPool.end(),
+        },
+      });
+      // The receiver, as in the peer's RabbitMQ example: one transaction per delivery that stores it in the inbox, then ack.
+      const channel = instrument(await connection.createChannel(), false);
+      await channel.prefetch(SINGLE_PREFETCH);
+      await channel.consume(queue, (delivery) => {
+        if (delivery === null) return;
+        const { id, order } = decode(delivery);
+        const message: TransactionalMessage = {
+          id,
+          aggregateType: 'order',
+          aggregateId: String(order.orderId),
+          messageType: 'order_placed',
+          concurrency: 'parallel',
+          payload: order,
+        };
+        pool.connect().then((client) => executeTransaction(client, (tx) => store(message, tx)).then(() => channel.ack(delivery)), fail);
+      });
+      const sample = await finish(clock, failed, 'peer');
+      await channel.close();
+      await shutdown();
+      await expectRows(pool, ordersName, SINGLE_MESSAGES, 'peer');
+      await expectRows(pool, peerInboxName, SINGLE_MESSAGES, 'peer', 'where processed_at is not null');
+      return sample;
+    };
+
+    const batchMode = `bare batch (${BATCH}/tx, prefetch ${BATCH_PREFETCH}, ack multiple after COMMIT)`;
+    const singleMode = `bare per-message (1 tx/msg, prefetch ${SINGLE_PREFETCH})`;
+    await runLines(
+      'amqp',
+      ROUNDS,
       [
-        [`raw amqplib consume+ack (prefetch ${RAW_PREFETCH}, no DB)`, MESSAGES, `${rate(raw)} [${all(raws)}]`, '100%'],
-        ['@inboxed/amqp per-message (prefetch 32)', SINGLE_MESSAGES, rate(perMessage), `${Math.round((100 * perMessage) / raw)}%`],
-        [
-          `@inboxed/amqp batch (size ${BATCH_SIZE}, prefetch ${4 * BATCH_SIZE})`,
-          MESSAGES,
-          `${rate(best)} [${all(batches)}]`,
-          `${Math.round((100 * best) / raw)}% (target >= 50%)`,
-        ],
-        ['@inboxed/amqp batch, no-op processor (adapter cost only)', MESSAGES, rate(adapterOnly), `${Math.round((100 * adapterOnly) / raw)}%`],
+        { mode: `raw amqplib consume + ack (prefetch ${BATCH_PREFETCH}, ack multiple per ${BATCH}, no DB)`, messages: MESSAGES, run: raw },
+        { mode: batchMode, messages: MESSAGES, run: bareBatch },
+        {
+          mode: '@inboxed/amqp batch (withInboxBatch, same insert)',
+          messages: MESSAGES,
+          run: () => inboxed(batchProcessor, MESSAGES, '@inboxed/amqp batch', true),
+          baseline: batchMode,
+          target: { ratio: 0.8, text: '>= 0.80 of bare batch' },
+        },
+        {
+          mode: '@inboxed/amqp batch, no-op processor (adapter cost only, no DB)',
+          messages: MESSAGES,
+          run: () => inboxed(noDatabase, MESSAGES, 'adapter only', false),
+        },
+        { mode: singleMode, messages: SINGLE_MESSAGES, run: bareSingle },
+        {
+          mode: `@inboxed/amqp per-message (withInbox, prefetch ${SINGLE_PREFETCH})`,
+          messages: SINGLE_MESSAGES,
+          run: () => inboxed(singleProcessor, SINGLE_MESSAGES, '@inboxed/amqp per-message', true),
+          baseline: singleMode,
+        },
+        {
+          mode: `peer: pg-transactional-outbox 0.5.7 inbox (polling listener, ${PEER_CONCURRENCY} in flight, poll ${PEER_POLL_MS} ms)`,
+          messages: SINGLE_MESSAGES,
+          run: peer,
+          baseline: singleMode,
+          note:
+            `amqplib receiver stores each delivery in the peer's inbox table (1 tx, prefetch ${SINGLE_PREFETCH}) and acks; the peer's polling listener then runs ` +
+            `the same insert, 1 tx per message; latency is delivery to the commit of that transaction. Polling, not logical replication: ` +
+            `this server's wal_level is '${wal_level}' (the replication listener needs 'logical' and a restart).`,
+        },
       ],
+      report,
+    );
+    reportSection(
+      'amqp',
+      `RabbitMQ ${new URL(AMQP_URL).host}, PostgreSQL ${new URL(benchDatabaseUrl()).host}: ${ROUNDS} rounds, the lines' order reversed every other round. ` +
+        'Throughput is messages / (first delivery .. last ack), latency per message from delivery to ack (the ack follows the COMMIT). ' +
+        `Domain insert: one \`INSERT ... SELECT FROM unnest(arrays)\` per transaction in every line. Pool of ${POOL_SIZE} connections.`,
     );
   } finally {
+    tracker = undefined;
     const cleanup = await connection.createChannel();
     for (const name of [queue, `${queue}.dead-letter`, ...[1000, 5000, 30000, 120000, 600000].map((d) => `${queue}.retry.${d}`)]) {
       await cleanup.deleteQueue(name).catch(() => undefined);
     }
     await connection.close().catch(() => undefined);
     await pool.query(`drop schema if exists "${schema}" cascade`).catch(() => undefined);
+    await pool.query(`drop schema if exists "${peerSchema}" cascade`).catch(() => undefined);
     await pool.end();
   }
 }
