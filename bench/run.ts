@@ -7,8 +7,8 @@
  *   pnpm bench core kafka      only these             -> bench/results/partial.md (gitignored)
  *   pnpm bench memory          1M-message memory run  -> bench/results/partial.md
  *
- * Only a full run at full size (all default suites, none failed, no BENCH_SCALE or BENCH_ROUNDS)
- * overwrites latest.md, so a development run never replaces the committed results.
+ * Only a full run at full size (all default suites, none failed, no BENCH_* or *_BENCH_RECORDS
+ * variable set) overwrites latest.md, so a development run never replaces the committed results.
  */
 import { execFile } from 'node:child_process';
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
@@ -43,12 +43,7 @@ for (const name of suites) {
 }
 
 const sizeOverrides = Object.entries(process.env).filter(([key]) => key.startsWith('BENCH_') || key.endsWith('_BENCH_RECORDS'));
-const full =
-  ORDER.every((s) => suites.includes(s)) &&
-  suites.every((s) => ORDER.includes(s)) &&
-  failures.length === 0 &&
-  !process.env.BENCH_SCALE &&
-  !process.env.BENCH_ROUNDS;
+const full = ORDER.every((s) => suites.includes(s)) && suites.every((s) => ORDER.includes(s)) && failures.length === 0 && sizeOverrides.length === 0;
 const target = new URL(`./results/${full ? 'latest' : 'partial'}.md`, import.meta.url);
 mkdirSync(new URL('./results/', import.meta.url), { recursive: true });
 const minutes = (Date.now() - started.getTime()) / 60_000;
