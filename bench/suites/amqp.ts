@@ -53,7 +53,9 @@ import {
 const AMQP_URL = process.env.AMQP_URL ?? 'amqp://guest:guest@127.0.0.1:5672';
 const MESSAGES = scaled(20_000, 500);
 /** Per-message lines run ~10x slower; a quarter of the messages measures them as well. */
-const SINGLE_MESSAGES = scaled(5_000, 200);
+const SINGLE_MESSAGES = scaled(3_000, 200);
+/** The peer drains ~100 msg/s here (its polling loop refills as single messages finish), so fewer messages. */
+const PEER_MESSAGES = scaled(1_000, 100);
 const BATCH = Number(process.env.BENCH_AMQP_BATCH ?? 200);
 const BATCH_WAIT_MS = 20;
 const BATCH_PREFETCH = 4 * BATCH;
@@ -286,7 +288,7 @@ export default async function amqpSuite(): Promise<void> {
     };
 
     const peer = async (): Promise<Sample> => {
-      const clock = await prepare(SINGLE_MESSAGES, [ordersName, peerInboxName]);
+      const clock = await prepare(PEER_MESSAGES, [ordersName, peerInboxName]);
       const { failed, fail } = failure();
       const listenerConfig = { connectionString: benchDatabaseUrl() };
       const config: PollingListenerConfig = {
@@ -353,8 +355,8 @@ export default async function amqpSuite(): Promise<void> {
       const sample = await finish(clock, failed, 'peer');
       await channel.close();
       await shutdown();
-      await expectRows(pool, ordersName, SINGLE_MESSAGES, 'peer');
-      await expectRows(pool, peerInboxName, SINGLE_MESSAGES, 'peer', 'where processed_at is not null');
+      await expectRows(pool, ordersName, PEER_MESSAGES, 'peer');
+      await expectRows(pool, peerInboxName, PEER_MESSAGES, 'peer', 'where processed_at is not null');
       return sample;
     };
 
@@ -387,7 +389,7 @@ export default async function amqpSuite(): Promise<void> {
         },
         {
           mode: `peer: pg-transactional-outbox 0.5.7 inbox (polling listener, ${PEER_CONCURRENCY} in flight, poll ${PEER_POLL_MS} ms)`,
-          messages: SINGLE_MESSAGES,
+          messages: PEER_MESSAGES,
           run: peer,
           baseline: singleMode,
           note:

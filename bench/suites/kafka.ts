@@ -41,8 +41,8 @@ import {
   within,
 } from '../broker-harness.js';
 
-const MESSAGES = scaled(40_000, 1000);
-const SINGLE_MESSAGES = scaled(3_000, 200);
+const MESSAGES = scaled(30_000, 1000);
+const SINGLE_MESSAGES = scaled(2_000, 200);
 const PARTITIONS = 4;
 const CONCURRENCY = Number(process.env.BENCH_KAFKA_CONCURRENCY ?? PARTITIONS);
 const BATCH = 500;
