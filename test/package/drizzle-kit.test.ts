@@ -333,6 +333,8 @@ describe('a user app installed from the tarballs', () => {
     ]);
     expect(await primaryKeysIn(url, 'public')).toEqual([
       'inbox_attempts_pkey PRIMARY KEY (consumer, message_id)',
+      'inbox_audit_pkey PRIMARY KEY (id)',
+      'inbox_dead_letters_pkey PRIMARY KEY (id)',
       'inbox_pkey PRIMARY KEY (consumer, message_id)',
     ]);
     expect(await consume(url)).toEqual(PROCESSED_THEN_DUPLICATE);
@@ -363,7 +365,7 @@ describe('a user app installed from the tarballs', () => {
       'messaging.inbox_dead_letters',
       'public.payments',
     ]);
-    expect(await primaryKeysIn(url, 'messaging')).toHaveLength(2);
+    expect(await primaryKeysIn(url, 'messaging')).toHaveLength(4);
     expect(await consume(url, 'messaging')).toEqual(PROCESSED_THEN_DUPLICATE);
     expect(await inboxedMigrate(url, 'messaging')).toEqual({ applied: [1, 2, 3], version: 3 });
   });
