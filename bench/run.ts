@@ -5,10 +5,11 @@
  *
  *   pnpm bench                 core, amqp, kafka, sqs -> bench/results/latest.md
  *   pnpm bench core kafka      only these             -> bench/results/partial.md (gitignored)
- *   pnpm bench memory          1M-message memory run  -> bench/results/partial.md
+ *   pnpm bench memory          1M-message memory run  -> bench/results/memory.md
  *
  * Only a full run at full size (all default suites, none failed, no BENCH_* or *_BENCH_RECORDS
- * variable set) overwrites latest.md, so a development run never replaces the committed results.
+ * variable set) overwrites latest.md (and only `pnpm bench memory` at full size memory.md), so a
+ * development run never replaces the committed results.
  */
 import { execFile } from 'node:child_process';
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
@@ -44,11 +45,14 @@ for (const name of suites) {
 
 const sizeOverrides = Object.entries(process.env).filter(([key]) => key.startsWith('BENCH_') || key.endsWith('_BENCH_RECORDS'));
 const full = ORDER.every((s) => suites.includes(s)) && suites.every((s) => ORDER.includes(s)) && failures.length === 0 && sizeOverrides.length === 0;
-const target = new URL(`./results/${full ? 'latest' : 'partial'}.md`, import.meta.url);
+/** `pnpm bench memory` alone, at full size, has a committed file of its own. */
+const memoryRun = suites.length === 1 && suites[0] === 'memory' && failures.length === 0 && sizeOverrides.length === 0;
+const fileName = full ? 'latest' : memoryRun ? 'memory' : 'partial';
+const target = new URL(`./results/${fileName}.md`, import.meta.url);
 mkdirSync(new URL('./results/', import.meta.url), { recursive: true });
 const minutes = (Date.now() - started.getTime()) / 60_000;
 const header = [
-  `# inboxed benchmark results${full ? '' : ' (partial run)'}`,
+  `# inboxed benchmark results${full ? '' : memoryRun ? ' (memory run)' : ' (partial run)'}`,
   '',
   `\`pnpm bench${wanted.length > 0 ? ` ${wanted.join(' ')}` : ''}\`, started ${started.toISOString()}, took ${minutes.toFixed(1)} min.`,
   '',
@@ -63,7 +67,7 @@ const header = [
   '',
 ].join('\n');
 writeFileSync(target, `${header}\n${renderResults(ORDER)}`);
-console.log(`\nresults written to bench/results/${full ? 'latest' : 'partial'}.md`);
+console.log(`\nresults written to bench/results/${fileName}.md`);
 process.exit(failures.length > 0 ? 1 : 0);
 
 /** The machine the numbers come from: CPU, memory, Node, and each service's version. */

@@ -32,7 +32,7 @@ const ROUNDS = benchRounds(7);
 const BATCH_ROUNDS = benchRounds(9);
 const PER_ROUND = { 1: scaled(1_500, 50), 8: scaled(4_000, 100) } as const;
 const BATCH_SIZE = 100;
-const BATCH_MESSAGES = scaled(30_000, 10 * BATCH_SIZE);
+const BATCH_MESSAGES = scaled(60_000, 10 * BATCH_SIZE);
 const BATCH_WORKERS = Number(process.env.BENCH_CORE_BATCH_WORKERS ?? 2);
 const CHECKPOINT = process.env.BENCH_CORE_CHECKPOINT !== '0';
 
