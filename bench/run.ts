@@ -14,6 +14,7 @@
 import { execFile } from 'node:child_process';
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { cpus, totalmem } from 'node:os';
+import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import amqp from 'amqplib';
 import pg from 'pg';
@@ -67,6 +68,10 @@ const header = [
   '',
 ].join('\n');
 writeFileSync(target, `${header}\n${renderResults(ORDER)}`);
+// The repository's Biome checks markdown too: format the file as `biome check --write` would.
+await promisify(execFile)(fileURLToPath(new URL('../node_modules/.bin/biome', import.meta.url)), ['format', '--write', fileURLToPath(target)]).catch(
+  (error: unknown) => console.error('could not format the results file with Biome:', error),
+);
 console.log(`\nresults written to bench/results/${fileName}.md`);
 process.exit(failures.length > 0 ? 1 : 0);
 
