@@ -158,7 +158,10 @@ describe.each(DRIVERS.filter((d) => d !== 'pglite'))('lock waits on %s', (driver
       async (messages: InboxMessage[], tx: any) => {
         await tx.insert(t.effects).values(messages.map((m) => ({ messageId: m.id })));
       },
-      options({ lockTimeoutMs: 300 }),
+      // The split that isolates the busy id has one more lockTimeoutMs to do it in; past that, the
+      // halves still holding it are retried whole (not lost, not counted). 1.5 s is ample for the
+      // three levels of split even on a loaded CI machine; 300 ms was not.
+      options({ lockTimeoutMs: 1_500 }),
     );
     const ids = ['a', 'b', 'busy', 'c', 'd', 'e', 'f', 'g'];
     const outcomes = await process(ids.map((id) => ({ id, payload: 1 })));
