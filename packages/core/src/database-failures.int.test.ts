@@ -116,7 +116,16 @@ describe('database lost mid-stream (connection cut by a proxy)', () => {
     proxy.restore();
     // The broker redelivers everything not acked: the retried ones, plus a replay of the first five.
     const redelivered = [...ids, 'cut-here'].map((id) => ({ id, payload: {} }));
-    const outcomes = await Promise.all(redelivered.map((m) => process(m)));
+    let outcomes = await Promise.all(redelivered.map((m) => process(m)));
+    // 21 deliveries share 4 connections with a 1 s checkout timeout: on a loaded machine some wait
+    // longer and come back `retry` (database-unavailable, not counted); the broker redelivers them.
+    for (let round = 0; round < 5 && outcomes.some((o) => o.status === 'retry'); round++) {
+      expect(outcomes.filter((o) => o.status === 'retry').map((o) => o.reason)).toEqual(
+        outcomes.filter((o) => o.status === 'retry').map(() => 'database-unavailable'),
+      );
+      const retried = await Promise.all(outcomes.filter((o) => o.status === 'retry').map((o) => process({ id: o.messageId, payload: {} })));
+      outcomes = [...outcomes.filter((o) => o.status !== 'retry'), ...retried];
+    }
     expect(
       outcomes
         .filter((o) => o.status === 'duplicate')
