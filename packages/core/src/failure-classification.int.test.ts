@@ -154,8 +154,10 @@ describe.each(DRIVERS)('what counts as whose failure, on %s', (driver) => {
         await tx.insert(t.effects).values({ messageId: message.id });
         if (kill) {
           kill = false;
+          // Only this test's connection: its schema name is unique. (Matching any "effects" query
+          // killed other tests' transactions running in parallel on the same server.)
           await t.query(
-            `select pg_terminate_backend(pid) from pg_stat_activity where pid <> pg_backend_pid() and state = 'idle in transaction' and query like '%effects%'`,
+            `select pg_terminate_backend(pid) from pg_stat_activity where pid <> pg_backend_pid() and state = 'idle in transaction' and query like '%"${t.schema}"."effects"%'`,
           );
           await new Promise((r) => setTimeout(r, 50));
           await tx.insert(t.effects).values({ messageId: message.id });
