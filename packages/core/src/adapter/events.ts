@@ -1,4 +1,5 @@
 import { EventEmitter } from 'node:events';
+import type { Attributes } from '@opentelemetry/api';
 import { describeError } from '../error-text.js';
 import { InboxError } from '../errors.js';
 import { messagingAttributes, recordSettled, registerInFlight } from '../telemetry/instruments.js';
@@ -60,8 +61,9 @@ const decided = new WeakMap<InboxOutcome, { at: number; destination: string | un
 
 /** @internal Notes the outcomes `callProcessor` returned as decided now. */
 export function markDecided(outcomes: readonly InboxOutcome[], destination: string | undefined): void {
-  const at = Date.now();
-  for (const outcome of outcomes) if (typeof outcome === 'object' && outcome !== null) decided.set(outcome, { at, destination });
+  // One entry shared by the whole call: a batch of hundreds decides at the same time.
+  const decision = { at: Date.now(), destination };
+  for (const outcome of outcomes) if (typeof outcome === 'object' && outcome !== null) decided.set(outcome, decision);
 }
 
 /** The shortest gap between two `error` events for the same infrastructure reason. */
@@ -81,6 +83,10 @@ export class ConsumerEventEmitter {
   lastError: { code: string; message: string; at: Date } | undefined;
   /** What the adapter told {@link instrument} about its deliveries (undefined: no messaging attributes on spans and metrics). */
   messaging: MessagingContext | undefined;
+  /** The metric attributes of `messaging` per destination, built once rather than per settled delivery. */
+  private attributesByDestination = new Map<string | undefined, Attributes>();
+  /** The `messaging` those attributes were built from (the field is public: a new value drops them). */
+  private attributesOf: MessagingContext | undefined;
 
   constructor(
     readonly logger: InboxLogger = defaultLogger,
@@ -135,7 +141,7 @@ export class ConsumerEventEmitter {
     const timing: DeliveryTiming = { receivedAt, settledAt, durationMs: settledAt.getTime() - receivedAt.getTime() };
     this.logger.debug({ messageId: outcome.messageId, status: outcome.status, reason: outcome.reason, durationMs: timing.durationMs }, 'settled');
     const decision = decided.get(outcome);
-    recordSettled(outcome, messagingAttributes(this.messaging, decision?.destination), (settledAt.getTime() - (decision?.at ?? receivedAt.getTime())) / 1000);
+    recordSettled(outcome, this.attributesFor(decision?.destination), (settledAt.getTime() - (decision?.at ?? receivedAt.getTime())) / 1000);
     switch (outcome.status) {
       case 'processed':
       case 'rejected':
@@ -156,6 +162,20 @@ export class ConsumerEventEmitter {
         this.emit('dead_letter', outcome, deadLetterDestination, timing);
         break;
     }
+  }
+
+  /** The messaging attributes of a destination (Kafka: a topic), cached: their set is as small as the consumer's topics. */
+  private attributesFor(destination: string | undefined): Attributes {
+    if (this.attributesOf !== this.messaging) {
+      this.attributesOf = this.messaging;
+      this.attributesByDestination = new Map();
+    }
+    let attributes = this.attributesByDestination.get(destination);
+    if (attributes === undefined) {
+      attributes = messagingAttributes(this.messaging, destination);
+      this.attributesByDestination.set(destination, attributes);
+    }
+    return attributes;
   }
 
   /**

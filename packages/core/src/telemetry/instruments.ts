@@ -152,8 +152,21 @@ function createInstruments(meter: Meter): Instruments {
   };
 }
 
-/** @internal The instruments of the current meter provider, or undefined without `@opentelemetry/api`. */
-const instruments = perProvider(currentMeterProvider, (provider, _otel, version) => createInstruments(provider.getMeter(SCOPE_NAME, version)));
+/**
+ * @internal The instruments of the current meter provider; undefined without `@opentelemetry/api`,
+ * or while its meter is the API's no-op one (no SDK registered): every measurement would be dropped,
+ * so the callers skip building attributes per delivery. A provider registered later is picked up
+ * by `perProvider` (the provider changes), like any other.
+ */
+const instruments = perProvider(currentMeterProvider, (provider, otel, version) => {
+  const meter = provider.getMeter(SCOPE_NAME, version);
+  return meter === otel.createNoopMeter() ? undefined : createInstruments(meter);
+});
+
+/** @internal True when metrics are recorded: `@opentelemetry/api` is there and its meter is not the no-op one. */
+export function recordingMetrics(): boolean {
+  return instruments() !== undefined;
+}
 
 /** @internal Attributes a broker consumer contributes to every measurement of its deliveries. */
 export interface MessagingAttributes {

@@ -2,7 +2,7 @@ import type { Attributes, Context, Link, Span, SpanContext, TextMapGetter } from
 import type { InboxMessage, InboxOutcome } from '../types.js';
 import { type MessagingContext, parseXRayTraceHeader } from './messaging.js';
 import { currentTracerProvider, otelApi, type OtelApi, perProvider, SCOPE_NAME } from './api.js';
-import { Attr, defined, messagingAttributes, outcomeErrorType, recordConsumed, recordProcessDuration, stableReason } from './instruments.js';
+import { Attr, defined, messagingAttributes, outcomeErrorType, recordConsumed, recordingMetrics, recordProcessDuration, stableReason } from './instruments.js';
 
 /** @internal The tracer of the current tracer provider. */
 const tracer = perProvider(currentTracerProvider, (provider, _otel, version) => provider.getTracer(SCOPE_NAME, version));
@@ -10,6 +10,27 @@ const tracer = perProvider(currentTracerProvider, (provider, _otel, version) => 
 /** Context key of a batch processor call: each delivery's span context by message id, for the transaction spans' links. */
 let deliveriesKey: symbol | undefined;
 const deliveriesKeyOf = (otel: OtelApi): symbol => (deliveriesKey ??= otel.createContextKey('inboxed.deliveries'));
+
+/** The API's no-op tracer provider: what the global proxy provider delegates to while none is registered. */
+let noopTracerProvider: object | undefined;
+let probeKey: symbol | undefined;
+
+/**
+ * True when no delivery span could ever be seen: the tracer provider is the global proxy with no
+ * provider registered behind it (its spans record nothing), and no context manager is registered
+ * (`context.with` makes nothing active, so neither the processor nor a propagator sees a delivery's
+ * context). Then spans per delivery are pure cost and are skipped. Checked per call: a provider or
+ * context manager registered later is picked up at once.
+ */
+function tracingInert(otel: OtelApi): boolean {
+  const provider = currentTracerProvider(otel);
+  if (!(provider instanceof otel.ProxyTracerProvider)) return false;
+  noopTracerProvider ??= new otel.ProxyTracerProvider().getDelegate();
+  if (provider.getDelegate() !== noopTracerProvider) return false;
+  probeKey ??= otel.createContextKey('inboxed.context-probe');
+  const probe = otel.ROOT_CONTEXT.setValue(probeKey, true);
+  return otel.context.with(probe, () => otel.context.active() !== probe);
+}
 
 /** A header value as text: strings as they are, bytes (Kafka headers, SQS binary attributes) as UTF-8, the first of repeated ones. */
 function headerText(value: unknown): string | undefined {
@@ -79,7 +100,8 @@ function endDelivery(otel: OtelApi, span: Span, outcome: InboxOutcome | undefine
 /**
  * @internal Starts one `process <destination>` span (kind CONSUMER) per delivery, each a child of
  * the producer's context the delivery carries, and counts the deliveries as consumed. Undefined
- * without `@opentelemetry/api`.
+ * without `@opentelemetry/api`, or when neither spans nor metrics would record anything; no spans
+ * when tracing is inert (see {@link tracingInert}).
  */
 export function startDeliveries(
   messages: readonly InboxMessage[],
@@ -88,16 +110,18 @@ export function startDeliveries(
   destination: string | undefined,
 ): DeliveryTelemetry | undefined {
   const otel = otelApi();
-  const spans = tracer();
-  if (otel === null || spans === undefined) return undefined;
+  if (otel === null) return undefined;
+  const spans = tracingInert(otel) ? undefined : tracer();
+  // Neither spans nor metrics would record anything: no per-delivery work at all.
+  if (spans === undefined && !recordingMetrics()) return undefined;
   const metricAttributes: Attributes = { ...messagingAttributes(messaging, destination), [Attr.OPERATION_NAME]: 'process' };
   recordConsumed(messages.length, metricAttributes);
   const where = destination ?? messaging?.destination;
   const name = where === undefined ? 'process' : `process ${where}`;
   const started = performance.now();
-  const deliveries = messages.map((message) => {
+  const deliveries = (spans === undefined ? [] : messages).map((message) => {
     const parent = producerContext(otel, message, messaging);
-    const span = spans.startSpan(
+    const span = spans!.startSpan(
       name,
       {
         kind: otel.SpanKind.CONSUMER,
@@ -113,26 +137,30 @@ export function startDeliveries(
   const seconds = () => (performance.now() - started) / 1000;
   return {
     async one(index, call) {
-      const delivery = deliveries[index]!;
+      const delivery = deliveries[index];
       let outcome: InboxOutcome | undefined;
       try {
-        outcome = await otel.context.with(delivery.context, call);
+        outcome = delivery === undefined ? await call() : await otel.context.with(delivery.context, call);
         return outcome;
       } finally {
         recordProcessDuration(seconds(), metricAttributes, outcome === undefined ? '_OTHER' : outcomeErrorType(outcome));
-        endDelivery(otel, delivery.span, outcome);
+        if (delivery !== undefined) endDelivery(otel, delivery.span, outcome);
       }
     },
     async batch(call) {
-      const links = new Map(messages.map((message, i) => [message.id, deliveries[i]!.span.spanContext()]));
       let outcomes: InboxOutcome[] | undefined;
       try {
+        if (spans === undefined) {
+          outcomes = await call();
+          return outcomes;
+        }
+        const links = new Map(messages.map((message, i) => [message.id, deliveries[i]!.span.spanContext()]));
         outcomes = await otel.context.with(otel.context.active().setValue(deliveriesKeyOf(otel), links), call);
         return outcomes;
       } finally {
         const failed = outcomes?.map(outcomeErrorType).find((type) => type !== undefined);
         recordProcessDuration(seconds(), { ...metricAttributes, [Attr.BATCH_COUNT]: messages.length }, outcomes === undefined ? '_OTHER' : failed);
-        for (const [i, { span }] of deliveries.entries()) endDelivery(otel, span, outcomes?.[i]);
+        for (const [i, delivery] of deliveries.entries()) if (delivery !== undefined) endDelivery(otel, delivery.span, outcomes?.[i]);
       }
     },
   };
