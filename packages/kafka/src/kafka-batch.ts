@@ -125,8 +125,8 @@ class BatchRunner {
         const chunk = records.map((record, i) => ({ record, receivedAt, outcome: outcomes[i]! }));
         return this.settlement.settle({ topic, partition, generation, resolveOffset: fetched.resolveOffset, isRunning: fetched.isRunning }, chunk);
       })();
-      // Each record counts as in flight (for status() and stop()) until its call settled.
-      for (const _ of records) this.deps.inFlight.track(settled.then(noop, noop));
+      // Each record counts as in flight (for status() and stop()) until its call settled: one task for the chunk, counted per record.
+      this.deps.inFlight.track(settled.then(noop, noop), records.length);
       if (!(await settled)) return;
       this.holds.release(topic, partition, admitted.hold);
       if (from + step < messages.length) await this.heartbeat(fetched);
