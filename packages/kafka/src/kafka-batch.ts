@@ -3,7 +3,7 @@ import { callProcessor, type ConsumerEventEmitter, type InFlight } from '@inboxe
 import { groupRefusal } from './kafka-errors.js';
 import { GroupMembership, type GroupListeners } from './kafka-group.js';
 import { PartitionHolds } from './kafka-holds.js';
-import { toInboxMessage } from './kafka-message.js';
+import { sourceOf, toInboxMessage } from './kafka-message.js';
 import type { ProcessingSettings } from './kafka-options.js';
 import { Settlement } from './kafka-settlement.js';
 import type { KafkaConsumerLike, KafkaProducerLike, KafkaRecord } from './kafka-types.js';
@@ -148,8 +148,10 @@ class BatchRunner {
     const outcomes: InboxOutcome[] = new Array(records.length);
     const messages: InboxMessage[] = [];
     const positions: number[] = [];
-    for (const [i, message] of records.entries()) {
-      const mapped = toInboxMessage({ topic, partition, message }, settings.mapping, processor.consumer, receivedAt);
+    // Per chunk, not per record: the source string every message of the partition shares.
+    const source = sourceOf(topic, partition);
+    for (let i = 0; i < records.length; i++) {
+      const mapped = toInboxMessage({ topic, partition, message: records[i]! }, settings.mapping, processor.consumer, receivedAt, source);
       if (mapped.ok) {
         messages.push(mapped.message);
         positions.push(i);
@@ -160,7 +162,7 @@ class BatchRunner {
     }
     if (messages.length > 0) {
       const results = await callProcessor(processor, messages, this.deps.signal(), events, topic);
-      for (const [j, outcome] of results.entries()) outcomes[positions[j]!] = outcome;
+      for (let j = 0; j < results.length; j++) outcomes[positions[j]!] = results[j]!;
     }
     return outcomes;
   }

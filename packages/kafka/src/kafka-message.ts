@@ -34,10 +34,17 @@ export function recordIdentity(delivery: KafkaDelivery): string {
   return `${delivery.topic}/${delivery.partition}/${delivery.message.offset}`;
 }
 
+/** The place a record was read from, `kafka:<topic>/<partition>`: the `source` of its message. */
+export function sourceOf(topic: string, partition: number): string {
+  return `kafka:${topic}/${partition}`;
+}
+
 function decodeHeaders(headers: KafkaHeaders | undefined): Record<string, string> {
   const decoded: Record<string, string> = {};
-  for (const [name, value] of Object.entries(headers ?? {})) {
-    const text = headerString(value);
+  if (headers == null) return decoded;
+  // Object.keys rather than Object.entries: no [name, value] pair allocated per header of every record.
+  for (const name of Object.keys(headers)) {
+    const text = headerString(headers[name]);
     if (text !== undefined) decoded[name] = text;
   }
   return decoded;
@@ -63,7 +70,13 @@ export function messageIdOf(delivery: KafkaDelivery, options: MessageIdOptions<K
  * validates it (an empty or oversized id is dead-lettered as `invalid-message-id`). A null value
  * (a tombstone) decodes to `null` in JSON mode rather than failing to parse.
  */
-export function toInboxMessage(delivery: KafkaDelivery, mapping: MessageMapping, consumer: string, receivedAt: Date = new Date()): MappedDelivery {
+export function toInboxMessage(
+  delivery: KafkaDelivery,
+  mapping: MessageMapping,
+  consumer: string,
+  receivedAt: Date = new Date(),
+  source: string = sourceOf(delivery.topic, delivery.partition),
+): MappedDelivery {
   const { message: record } = delivery;
   const id = messageIdOf(delivery, mapping.messageId);
   if (id === undefined) {
@@ -80,6 +93,6 @@ export function toInboxMessage(delivery: KafkaDelivery, mapping: MessageMapping,
   }
   return {
     ok: true,
-    message: { id, payload: decoded.payload, headers, receivedAt, source: `kafka:${delivery.topic}/${delivery.partition}` },
+    message: { id, payload: decoded.payload, headers, receivedAt, source },
   };
 }
