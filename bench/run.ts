@@ -3,7 +3,7 @@
  * suite measures inboxed next to the same work without it in the same run, in paired rounds, so
  * ratios are not skewed by a noisy machine's drift.
  *
- *   pnpm bench                 core, amqp, kafka, sqs -> bench/results/latest.md
+ *   pnpm bench                 database, core, amqp, kafka, sqs -> bench/results/latest.md
  *   pnpm bench core kafka      only these             -> bench/results/partial.md (gitignored)
  *   pnpm bench memory          1M-message memory run  -> bench/results/memory.md
  *
@@ -20,7 +20,7 @@ import amqp from 'amqplib';
 import pg from 'pg';
 import { benchDatabaseUrl, renderResults } from './bench-kit.js';
 
-const ORDER = ['core', 'amqp', 'kafka', 'sqs'];
+const ORDER = ['database', 'core', 'amqp', 'kafka', 'sqs'];
 const wanted = process.argv.slice(2);
 const suites = wanted.length > 0 ? wanted : ORDER;
 const started = new Date();

@@ -1,0 +1,126 @@
+/**
+ * The database's own limit, without Node: pgbench runs the statements of one batch of 100
+ * messages on the server, with two clients, so no driver, fingerprinting or SQL building is in the
+ * numbers. The lines add one piece at a time to the bare work:
+ * - bare: the set-based domain insert (the core suite's bare batch);
+ * - minimal inbox: plus one row per message under a unique (consumer, message_id), the least any
+ *   database-decided inbox writes;
+ * - inboxed's claim: the inbox row as inboxed writes it (the real table from `migrate()`, with its
+ *   columns and indexes, `ON CONFLICT DO NOTHING RETURNING`);
+ * - inboxed's statements: plus the completion check it runs before COMMIT (one probe per id).
+ * The last line's ratio to bare is the most inboxed's batch mode can reach on this server, whatever
+ * the Node side does; compare it with the core suite's withInboxBatch ratio.
+ *
+ * Needs `pgbench` (shipped with PostgreSQL's client tools) on PATH.
+ * Env: BENCH_ROUNDS (default 5), BENCH_SCALE (seconds per run: 10 x scale, at least 2).
+ */
+import { execFile } from 'node:child_process';
+import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { promisify } from 'node:util';
+import { migrate } from '@inboxed/core';
+import { drizzle } from 'drizzle-orm/node-postgres';
+import pg from 'pg';
+import { benchDatabaseUrl, benchRounds, benchScale, percentile, report } from '../bench-kit.js';
+import { runLines, type Sample } from '../broker-harness.js';
+
+const SCHEMA = `bench_database_${process.pid}`;
+const BATCH = 100;
+const CLIENTS = 2;
+const SECONDS = Math.max(2, Math.round(10 * benchScale()));
+const ROUNDS = benchRounds(5);
+
+/** The batch's ids, made on the server: a random base per transaction, so runs never collide. */
+const IDS = `select 'm' || (:base::bigint * 1000 + g) as id from generate_series(1, ${BATCH}) g`;
+const DOMAIN = `insert into "${SCHEMA}".effects (message_id, payload) select id, '{"amount":1,"currency":"EUR"}'::jsonb from (${IDS}) m;`;
+const MINIMAL = `insert into "${SCHEMA}".minimal_inbox (consumer, message_id) select 'bench', id from (${IDS}) m on conflict do nothing returning message_id;`;
+// What inboxed's claim writes: every column it sets, a 64-hex fingerprint, the real indexes.
+const CLAIM = `insert into "${SCHEMA}".inbox (consumer, message_id, fingerprint, status, source, received_at)
+  select 'bench', id, '9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08', 'processed', null, now() from (${IDS}) m
+  on conflict do nothing returning message_id;`;
+// inboxed's completion check (InboxStore.verifyText): one index probe per claimed id.
+const CHECK = `select count(*) = ${BATCH} and txid_current_if_assigned() is not null from (${IDS}) m
+  cross join lateral (select 1 from "${SCHEMA}".inbox i where i.consumer = 'bench' and i.message_id = m.id limit 1) found;`;
+
+const script = (...statements: string[]) => ['\\set base random(1, 2000000000)', 'begin;', ...statements, 'commit;', ''].join('\n');
+
+export default async function run(): Promise<void> {
+  const pool = new pg.Pool({ connectionString: benchDatabaseUrl(), max: 2 });
+  const dir = mkdtempSync(path.join(tmpdir(), 'inboxed-pgbench-'));
+  try {
+    await pool.query(`create schema "${SCHEMA}"`);
+    await pool.query(`create table "${SCHEMA}".effects (id bigserial primary key, message_id text not null, payload jsonb)`);
+    await pool.query(`create table "${SCHEMA}".minimal_inbox (consumer text not null, message_id text not null, primary key (consumer, message_id))`);
+    await migrate(drizzle(pool), { schema: SCHEMA });
+
+    /** One pgbench run of `statements`, from empty tables and after a checkpoint, like the core suite. */
+    const pgbench =
+      (name: string, statements: string[]) =>
+      async (round: number): Promise<Sample> => {
+        await pool.query(`truncate "${SCHEMA}".effects, "${SCHEMA}".minimal_inbox, "${SCHEMA}".inbox`);
+        await pool.query('checkpoint').catch(() => undefined); // needs superuser or pg_checkpoint
+        const file = path.join(dir, `${name}.sql`);
+        writeFileSync(file, script(...statements));
+        const prefix = path.join(dir, `${name}-${round}`);
+        const args = [
+          '-n',
+          '-c',
+          String(CLIENTS),
+          '-j',
+          String(CLIENTS),
+          '-T',
+          String(SECONDS),
+          '-f',
+          file,
+          '-l',
+          `--log-prefix=${prefix}`,
+          benchDatabaseUrl(),
+        ];
+        let stdout: string;
+        try {
+          ({ stdout } = await promisify(execFile)('pgbench', args, { cwd: dir }));
+        } catch (error) {
+          throw new Error(`pgbench failed (it ships with PostgreSQL's client tools and must be on PATH): ${String(error)}`, { cause: error });
+        }
+        const tps = Number(/tps = ([\d.]+)/.exec(stdout)?.[1]);
+        if (!Number.isFinite(tps)) throw new Error(`pgbench printed no tps:\n${stdout}`);
+        // The per-transaction log: "client transaction latency_us script epoch us" per line.
+        const latencies = readdirSync(dir)
+          .filter((f) => f.startsWith(path.basename(prefix)))
+          .flatMap((f) => readFileSync(path.join(dir, f), 'utf8').trim().split('\n'))
+          .map((line) => Number(line.split(' ')[2]) / 1000);
+        return {
+          perSecond: tps * BATCH,
+          seconds: SECONDS,
+          p50Ms: percentile(latencies, 0.5),
+          p99Ms: percentile(latencies, 0.99),
+          settled: Math.round(tps * BATCH * SECONDS),
+        };
+      };
+
+    const bare = 'bare: the set-based domain insert';
+    const note = `pgbench, ${CLIENTS} clients, ${BATCH} messages per transaction (the messages/round column), runs of ${SECONDS} s; p50/p99 per transaction; no Node in the numbers`;
+    await runLines(
+      'database',
+      ROUNDS,
+      [
+        { mode: bare, messages: BATCH, note, run: pgbench('bare', [DOMAIN]) },
+        { mode: 'minimal inbox: + one unique-key row per message', messages: BATCH, baseline: bare, note, run: pgbench('minimal', [MINIMAL, DOMAIN]) },
+        { mode: "inboxed's claim: + the inbox row as inboxed writes it", messages: BATCH, baseline: bare, note, run: pgbench('claim', [CLAIM, DOMAIN]) },
+        {
+          mode: "inboxed's statements: + the completion check (its ceiling)",
+          messages: BATCH,
+          baseline: bare,
+          note,
+          run: pgbench('check', [CLAIM, DOMAIN, CHECK]),
+        },
+      ],
+      report,
+    );
+  } finally {
+    await pool.query(`drop schema if exists "${SCHEMA}" cascade`);
+    await pool.end();
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
