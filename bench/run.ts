@@ -4,6 +4,7 @@
  * ratios are not skewed by a noisy machine's drift.
  *
  *   pnpm bench                 database, core, amqp, kafka, sqs -> bench/results/latest.md
+ *                              (the run before it moves to previous.md)
  *   pnpm bench core kafka      only these             -> bench/results/partial.md (gitignored)
  *   pnpm bench memory          1M-message memory run  -> bench/results/memory.md
  *
@@ -12,7 +13,7 @@
  * development run never replaces the committed results.
  */
 import { execFile } from 'node:child_process';
-import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { copyFileSync, existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { cpus, totalmem } from 'node:os';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
@@ -67,6 +68,9 @@ const header = [
   'runs both lines back to back, alternating which goes first); *result* is PASS when every target holds.',
   '',
 ].join('\n');
+// The run before stays next to it as previous.md: two full runs side by side show how far the
+// numbers move between runs on the same machine.
+if (fileName === 'latest' && existsSync(target)) copyFileSync(target, new URL('./results/previous.md', import.meta.url));
 writeFileSync(target, `${header}\n${renderResults(ORDER)}`);
 // The repository's Biome checks markdown too: format the committed files as `biome check --write`
 // would. (partial.md is git-ignored, so Biome skips it and would report an error.)
