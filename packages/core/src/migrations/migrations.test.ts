@@ -4,12 +4,16 @@ import { generateDrizzleJson, generateMigration } from 'drizzle-kit/api';
 import { pgSchema, text } from 'drizzle-orm/pg-core';
 import { sql } from 'drizzle-orm';
 import { drizzle } from 'drizzle-orm/pglite';
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import { InboxErrorCodes } from '../errors.js';
 import { createInboxTables, resolveTableNames } from '../schema.js';
 import { migrationFiles } from './files.js';
 import { migrate } from './migrate.js';
 import { migrations } from './migrations.js';
+
+// drizzle-kit's generator and fresh PGlite databases are CPU work: a test takes 10-20 s alone and
+// took over 30 s when two test runs shared the 2 cores. The slack is for a loaded machine, not a hang.
+vi.setConfig({ testTimeout: 90_000 });
 
 const normalise = (statement: string) =>
   statement
