@@ -1,5 +1,5 @@
 import { sql } from 'drizzle-orm';
-import { InboxError, InboxErrorCodes } from '../errors.js';
+import { InboxErrorCodes } from '../errors.js';
 import type { InboxTableNames } from '../schema.js';
 import type { AnyPgDatabase } from '../types.js';
 import { adminOperation, adminTables, rowsOf } from './admin-sql.js';
@@ -55,10 +55,8 @@ export async function inspectMessage(db: AnyPgDatabase, names: InboxTableNames, 
         tables,
         consumer,
         messageId,
-        new InboxError(InboxErrorCodes.MESSAGE_NOT_FOUND, `nothing is recorded for message ${JSON.stringify(messageId)} of ${JSON.stringify(consumer)}`, {
-          messageIds: [messageId],
-          details: { consumer },
-        }),
+        InboxErrorCodes.MESSAGE_NOT_FOUND,
+        `nothing is recorded for message ${JSON.stringify(messageId)} of ${JSON.stringify(consumer)}`,
       );
     }
     let leaseRemainingMs: number | null = null;

@@ -1,5 +1,5 @@
 import { sql } from 'drizzle-orm';
-import { InboxError, InboxErrorCodes } from '../errors.js';
+import { InboxError, type InboxErrorCode, InboxErrorCodes } from '../errors.js';
 import { type AdminTables, type Executable, rowsOf } from './admin-sql.js';
 import type { JsonRow } from './records.js';
 
@@ -37,13 +37,25 @@ export async function consumerExists(db: Executable, tables: AdminTables, consum
   return row?.found === true;
 }
 
-/** @internal `UNKNOWN_CONSUMER` when the consumer has no row at all, otherwise `fallback`. */
-export async function notFound(db: Executable, tables: AdminTables, consumer: string, messageId: string, fallback: InboxError): Promise<InboxError> {
-  if (await consumerExists(db, tables, consumer)) return fallback;
-  return new InboxError(InboxErrorCodes.UNKNOWN_CONSUMER, `no consumer named ${JSON.stringify(consumer)} has any inbox, attempts or dead-letter row`, {
-    messageIds: [messageId],
-    details: { consumer },
-  });
+/**
+ * @internal The error for a message with nothing to act on: `UNKNOWN_CONSUMER` when the consumer has
+ * no row at all (the likelier mistake: a misspelt consumer), otherwise `code` with `message`.
+ */
+export async function notFound(
+  db: Executable,
+  tables: AdminTables,
+  consumer: string,
+  messageId: string,
+  code: InboxErrorCode,
+  message: string,
+): Promise<InboxError> {
+  const known = await consumerExists(db, tables, consumer);
+  return known
+    ? new InboxError(code, message, { messageIds: [messageId], details: { consumer } })
+    : new InboxError(InboxErrorCodes.UNKNOWN_CONSUMER, `no consumer named ${JSON.stringify(consumer)} has any inbox, attempts or dead-letter row`, {
+        messageIds: [messageId],
+        details: { consumer },
+      });
 }
 
 /** @internal Refuses a repair of a completed message: repairs never touch processed or rejected rows. */

@@ -1,5 +1,5 @@
 import { sql } from 'drizzle-orm';
-import { InboxError, InboxErrorCodes } from '../errors.js';
+import { InboxErrorCodes } from '../errors.js';
 import type { InboxTableNames } from '../schema.js';
 import type { AnyPgDatabase } from '../types.js';
 import { type AdminTables, adminOperation, adminTables, type Executable, rowsOf } from './admin-sql.js';
@@ -116,11 +116,8 @@ export async function releaseMessage(
       tables,
       consumer,
       messageId,
-      new InboxError(
-        InboxErrorCodes.NOTHING_TO_RELEASE,
-        `nothing to release for ${JSON.stringify(messageId)} of ${JSON.stringify(consumer)}: ${state} and no attempts record; its next delivery runs it`,
-        { messageIds: [messageId], details: { consumer } },
-      ),
+      InboxErrorCodes.NOTHING_TO_RELEASE,
+      `nothing to release for ${JSON.stringify(messageId)} of ${JSON.stringify(consumer)}: ${state} and no attempts record; its next delivery runs it`,
     );
   });
 }
@@ -152,11 +149,8 @@ export async function requeueMessage(
       tables,
       consumer,
       messageId,
-      new InboxError(
-        InboxErrorCodes.NOTHING_TO_REQUEUE,
-        `nothing to requeue for ${JSON.stringify(messageId)} of ${JSON.stringify(consumer)}: it has no attempts record, so its retry budget is already fresh; replay it with the broker's tools`,
-        { messageIds: [messageId], details: { consumer } },
-      ),
+      InboxErrorCodes.NOTHING_TO_REQUEUE,
+      `nothing to requeue for ${JSON.stringify(messageId)} of ${JSON.stringify(consumer)}: it has no attempts record, so its retry budget is already fresh; replay it with the broker's tools`,
     );
   });
 }
