@@ -99,10 +99,11 @@ void incomplete;
 // Middleware: a wrapped processor is still a processor of the same kind.
 declare const single: InboxProcessor;
 declare const batch: InboxBatchProcessor;
+declare const observeDuration: (status: InboxOutcome['status'], ms: number) => void;
 const timed = wrapProcessor(single, async (message, next) => {
   const started = performance.now();
   const result = await next(message);
-  console.log(result.status, performance.now() - started);
+  observeDuration(result.status, performance.now() - started);
   return result;
 });
 expectTypeOf(timed).toEqualTypeOf<InboxProcessor>();
