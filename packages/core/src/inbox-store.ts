@@ -12,6 +12,26 @@ export interface ClaimRow {
   receivedAt: Date | undefined;
 }
 
+/**
+ * What a claim won: the ids, and where PostgreSQL put their rows (`ctid`, as text), so the
+ * completion check can find them again without an index probe per id.
+ */
+export interface Claimed {
+  ids: Set<string>;
+  /** The claimed rows' tuple ids, as the claim returned them (empty when unknown). */
+  tids: string[];
+}
+
+/** A tuple id as PostgreSQL prints one, `(block,offset)`: the only text the check inlines unquoted. */
+const TID = /^\(\d+,\d+\)$/;
+
+/** The ids and tuple ids of the claim's returned rows. */
+export function claimedOf(rows: readonly { message_id: string; tid?: unknown }[]): Claimed {
+  const tids: string[] = [];
+  for (const row of rows) if (typeof row.tid === 'string' && TID.test(row.tid)) tids.push(row.tid);
+  return { ids: new Set(rows.map((r) => r.message_id)), tids };
+}
+
 /** What the inbox already holds for a message id. */
 export interface ExistingRow {
   messageId: string;
@@ -77,6 +97,11 @@ export class InboxStore {
   private inboxNameText: string;
   /** Whether the inbox's name carries its schema (given, or found by {@link pinSchema}). */
   private pinned: boolean;
+  /**
+   * Whether the inbox is a partitioned table, once {@link pinSchema} has looked. Until then (and
+   * on a partitioned inbox, whose partitions repeat tuple ids) the completion check probes the index.
+   */
+  private partitioned: boolean | undefined;
   private pinning: Promise<void> | undefined;
 
   constructor(
@@ -96,20 +121,21 @@ export class InboxStore {
   }
 
   /**
-   * Without a schema option the inbox is found through `search_path`. A handler may change that
-   * inside the transaction (schema-per-tenant applications do: `SET LOCAL search_path`), and the
-   * statements that follow it (rejection, completion check) must still reach the table the claim
-   * used. So the schema the table is found in is looked up once and written into every statement
-   * from then on. Until the table exists this looks again each time; a failure here is left to the
-   * claim to report.
+   * Looks the inbox table up once, before its first transaction, for two things:
+   * - Without a schema option the inbox is found through `search_path`. A handler may change that
+   *   inside the transaction (schema-per-tenant applications do: `SET LOCAL search_path`), and the
+   *   statements that follow it (rejection, completion check) must still reach the table the claim
+   *   used. So the schema the table is found in is written into every statement from then on.
+   * - Whether it is partitioned, which decides how the completion check finds the claimed rows.
+   * Until the table exists this looks again each time; a failure here is left to the claim to report.
    */
   async pinSchema(db: Executable): Promise<void> {
-    if (this.pinned) return;
+    if (this.pinned && this.partitioned !== undefined) return;
     this.pinning ??= (async () => {
       try {
-        const [row] = await rowsOf<{ schema: string | null }>(
+        const [row] = await rowsOf<{ schema: string | null; kind: string | null }>(
           db,
-          sql`select n.nspname as schema from pg_class c
+          sql`select n.nspname as schema, c.relkind::text as kind from pg_class c
           join pg_namespace n on n.oid = c.relnamespace where c.oid = to_regclass(${this.inboxNameText})`,
         );
         if (typeof row?.schema === 'string' && !this.pinned) {
@@ -117,6 +143,7 @@ export class InboxStore {
           this.inboxName = sql.raw(this.inboxNameText);
           this.pinned = true;
         }
+        if (typeof row?.kind === 'string') this.partitioned = row.kind === 'p';
       } catch {
         // The claim runs next and reports an unreachable database or missing table properly.
       } finally {
@@ -158,8 +185,8 @@ export class InboxStore {
    * waiting (postgres-js pipelines it). A batch passes its ids as arrays through `unnest`, so the
    * statement has few parameters whatever its size.
    */
-  async claim(tx: Executable, rows: readonly ClaimRow[], lockTimeoutMs: number | null): Promise<Set<string>> {
-    if (rows.length === 0) return new Set();
+  async claim(tx: Executable, rows: readonly ClaimRow[], lockTimeoutMs: number | null): Promise<Claimed> {
+    if (rows.length === 0) return { ids: new Set(), tids: [] };
     // The same expression as boundConsumer, with the consumer as a parameter.
     const bound =
       lockTimeoutMs === null
@@ -171,34 +198,34 @@ export class InboxStore {
       const restore = lockTimeoutMs === null ? sql`` : sql.raw(`, ${this.restoreText()}`);
       const insert = sql`insert into ${this.inboxName} (consumer, message_id, fingerprint, status, source, received_at)
           values (${bound}, ${row.messageId}, ${row.fingerprint}, 'processed', ${row.source ?? null}, coalesce(${row.receivedAt?.toISOString() ?? null}::timestamptz, now()))
-          on conflict do nothing returning message_id${restore}`;
-      return new Set((await rowsOf<{ message_id: string }>(tx, insert)).map((r) => r.message_id));
+          on conflict do nothing returning message_id, ctid::text as tid${restore}`;
+      return claimedOf(await rowsOf<{ message_id: string; tid: unknown }>(tx, insert));
     }
     const insert = sql`insert into ${this.inboxName} (consumer, message_id, fingerprint, status, source, received_at)
           select (select ${bound}), m.id, m.fp, 'processed', m.src, coalesce(m.at::timestamptz, now())
           from unnest(${sql.param(rows.map((r) => r.messageId))}::text[], ${sql.param(rows.map((r) => r.fingerprint))}::text[],
                       ${sql.param(rows.map((r) => r.source ?? null))}::text[], ${sql.param(rows.map((r) => r.receivedAt?.toISOString() ?? null))}::text[]) as m(id, fp, src, at)
-          on conflict do nothing returning message_id`;
-    if (lockTimeoutMs === null) return new Set((await rowsOf<{ message_id: string }>(tx, insert)).map((r) => r.message_id));
-    const [claimed] = await Promise.all([rowsOf<{ message_id: string }>(tx, insert), rowsOf(tx, sql.raw(`select ${this.restoreText()}`))]);
-    return new Set(claimed.map((r) => r.message_id));
+          on conflict do nothing returning message_id, ctid::text as tid`;
+    if (lockTimeoutMs === null) return claimedOf(await rowsOf<{ message_id: string; tid: unknown }>(tx, insert));
+    const [claimed] = await Promise.all([rowsOf<{ message_id: string; tid: unknown }>(tx, insert), rowsOf(tx, sql.raw(`select ${this.restoreText()}`))]);
+    return claimedOf(claimed);
   }
 
   /**
    * The claim of {@link claim} as self-contained SQL text with inline literals, restoring the lock
    * wait included, for node-postgres to send in one round trip after BEGIN. Its first result holds
-   * the claimed ids. `quote` must be the driver's own literal escaping.
+   * the claimed ids and their tuple ids (see {@link claimedOf}). `quote` must be the driver's own literal escaping.
    */
   claimText(rows: readonly ClaimRow[], quote: Quote, lockTimeoutMs: number | null): string {
     // Nothing to claim (the leased completion): an empty result in the claim's place after BEGIN.
-    if (rows.length === 0) return 'select null::text as message_id where false';
+    if (rows.length === 0) return 'select null::text as message_id, null::text as tid where false';
     const literal = (value: string | null | undefined) => (value === null || value === undefined ? 'NULL' : quote(value));
     // Fingerprints (hex) and timestamps (ISO 8601) are produced here and hold no quote or
     // backslash, so they skip the per-character escaping that ids and sources need.
     const trusted = (value: string | null | undefined) => (value === null || value === undefined ? 'NULL' : `'${value}'`);
     const consumer = this.boundConsumer(literal(this.consumer), lockTimeoutMs);
     const insert = `insert into ${this.inboxNameText} (consumer, message_id, fingerprint, status, source, received_at)`;
-    const conflict = 'on conflict do nothing returning message_id';
+    const conflict = 'on conflict do nothing returning message_id, ctid::text as tid';
     if (rows.length === 1) {
       const [row] = rows as [ClaimRow];
       const receivedAt = row.receivedAt === undefined ? 'now()' : `${trusted(row.receivedAt.toISOString())}::timestamptz`;
@@ -236,36 +263,65 @@ export class InboxStore {
    * - the handler sent ROLLBACK or COMMIT itself: the rows are gone, or no transaction is open
    *   (`txid_current_if_assigned()` is null in the implicit transaction of a lone statement);
    * - the handler deleted the rows it runs under.
-   * In the last two cases the check raises {@link CLAIM_LOST_MARKER}. A batch's ids are looked up
-   * one index probe each (a LATERAL subquery with LIMIT, which the planner cannot flatten): with
-   * `message_id = any(...)`, a table without statistics yet (every new deployment) is planned as a
-   * scan of all the consumer's rows, because `consumer = $1` is guessed selective while in fact
-   * every row has it; each check then grew with the table.
+   * In the last two cases the check raises {@link CLAIM_LOST_MARKER}.
+   *
+   * The rows are first looked for where the claim put them: a TID scan of the claim's `ctid`s,
+   * counting only rows that still carry a claimed id of this consumer. No other transaction can move
+   * or remove a row this transaction inserted and has not committed, so the rows are found there
+   * unless this transaction updated them itself (a rejection or a stored result moves a row) or they
+   * are gone. Only then, and for the leased completion (its claim committed earlier), are the ids
+   * looked up by the unique index, one probe each (a LATERAL subquery with LIMIT, which the planner
+   * cannot flatten: with `message_id = any(...)`, a table without statistics yet is planned as a scan
+   * of all the consumer's rows). CASE and OR evaluate the lookups lazily, so the probes cost nothing
+   * when the TID scan found every row. The id filter keeps the fast path exactly as strict as the
+   * probes: each counted row is a distinct claimed id (the unique key). It sits above an `OFFSET 0`
+   * fence so the planner cannot turn `consumer = $1` into an index scan of all the consumer's rows
+   * (the same misestimate as above); below it, `ctid = any(...)` leaves a TID scan, or a sequential
+   * scan where the table really is small. A partitioned inbox is always probed: every partition
+   * repeats the same tuple ids, so a TID scan of the parent visits each partition, and the planner
+   * reads moderately sized partitions whole instead.
    */
-  verify(tx: Executable, messageIds: readonly string[]): Promise<unknown> {
-    const rows =
-      messageIds.length === 1
-        ? sql`from ${this.inboxName} where consumer = ${this.consumer} and message_id = ${messageIds[0]!}`
-        : sql`from ${this.ids(messageIds)}
-          cross join lateral (select 1 from ${this.inboxName} i where i.consumer = ${this.consumer} and i.message_id = m.id limit 1) as found`;
-    return tx.execute(sql`select case when count(*) = ${messageIds.length} and txid_current_if_assigned() is not null then 0
-        else (${`${CLAIM_LOST_MARKER} `} || count(*) || ${`/${messageIds.length}`} || case when txid_current_if_assigned() is null then ' (no transaction)' else '' end)::int end
-      ${rows}`);
+  verify(tx: Executable, messageIds: readonly string[], claimedTids: readonly string[] = []): Promise<unknown> {
+    const n = messageIds.length;
+    const tids = this.partitioned === false ? claimedTids : [];
+    const ids = sql`${sql.param([...messageIds])}::text[]`;
+    const probes =
+      n === 1
+        ? sql`(select count(*) from ${this.inboxName} where consumer = ${this.consumer} and message_id = ${messageIds[0]!})`
+        : sql`(select count(*) from unnest(${ids}) as m(id)
+            cross join lateral (select 1 from ${this.inboxName} i where i.consumer = ${this.consumer} and i.message_id = m.id limit 1) as found)`;
+    const inPlace =
+      tids.length === 0
+        ? sql`false`
+        : sql`(select count(*) from (select consumer, message_id from ${this.inboxName} where ctid = any(${sql.param([...tids])}::text[]::tid[]) offset 0) as here
+            where here.consumer = ${this.consumer} and here.message_id = any(${ids})) = ${n}`;
+    return tx.execute(sql`select case when txid_current_if_assigned() is not null and (${inPlace} or ${probes} = ${n}) then 0
+        else (${`${CLAIM_LOST_MARKER} `} || ${probes} || ${`/${n}`} || case when txid_current_if_assigned() is null then ' (no transaction)' else '' end)::int end`);
   }
 
   /** {@link verify} as inline-literal text, to send in one round trip with COMMIT. */
-  verifyText(messageIds: readonly string[], quote: Quote): string {
-    const rows =
-      messageIds.length === 1
-        ? `from ${this.inboxNameText} where consumer = ${quote(this.consumer)} and message_id = ${quote(messageIds[0]!)}`
-        : `from unnest(ARRAY[${messageIds.map(quote).join(',')}]::text[]) as m(id)
-          cross join lateral (select 1 from ${this.inboxNameText} i where i.consumer = ${quote(this.consumer)} and i.message_id = m.id limit 1) as found`;
-    return `select case when count(*) = ${messageIds.length} and txid_current_if_assigned() is not null then 0
-        else ('${CLAIM_LOST_MARKER} ' || count(*) || '/${messageIds.length}' || case when txid_current_if_assigned() is null then ' (no transaction)' else '' end)::int end
-      ${rows}`;
+  verifyText(messageIds: readonly string[], claimedTids: readonly string[], quote: Quote): string {
+    const n = messageIds.length;
+    const tids = this.partitioned === false ? claimedTids : [];
+    const consumer = quote(this.consumer);
+    const ids = n === 1 ? '' : `ARRAY[${messageIds.map(quote).join(',')}]::text[]`;
+    const probes =
+      n === 1
+        ? `(select count(*) from ${this.inboxNameText} where consumer = ${consumer} and message_id = ${quote(messageIds[0]!)})`
+        : `(select count(*) from unnest(${ids}) as m(id)
+            cross join lateral (select 1 from ${this.inboxNameText} i where i.consumer = ${consumer} and i.message_id = m.id limit 1) as found)`;
+    // Tuple ids are the server's own output, checked against TID by claimedOf.
+    const tidList = `ARRAY[${tids.map((tid) => `'${tid}'`).join(',')}]::tid[]`;
+    const inPlace =
+      tids.length === 0
+        ? 'false'
+        : `(select count(*) from (select consumer, message_id from ${this.inboxNameText} where ctid = any(${tidList}) offset 0) as here
+            where here.consumer = ${consumer} and here.message_id ${n === 1 ? `= ${quote(messageIds[0]!)}` : `= any(${ids})`}) = ${n}`;
+    return `select case when txid_current_if_assigned() is not null and (${inPlace} or ${probes} = ${n}) then 0
+        else ('${CLAIM_LOST_MARKER} ' || ${probes} || '/${n}' || case when txid_current_if_assigned() is null then ' (no transaction)' else '' end)::int end`;
   }
 
-  /** `unnest` of ids as `m(id)`, for the LATERAL lookups of {@link verify} and {@link find}. */
+  /** `unnest` of ids as `m(id)`, for the LATERAL lookups of {@link find}. */
   private ids(messageIds: readonly string[]): SQL {
     return sql`unnest(${sql.param([...messageIds])}::text[]) as m(id)`;
   }

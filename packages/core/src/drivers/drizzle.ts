@@ -1,5 +1,5 @@
 import { classifyDatabaseError } from '../database-errors.js';
-import type { InboxStore } from '../inbox-store.js';
+import type { Claimed, InboxStore } from '../inbox-store.js';
 import type { ResolvedOptions } from '../options.js';
 import { recordClaimOf } from '../telemetry/instruments.js';
 import { bodyFailure, brokenConnectionFailure, claimFailure, completionFailure } from '../transaction-failures.js';
@@ -40,11 +40,11 @@ export async function drizzleTransaction<TDb extends AnyPgDatabase, T>(
     const value = (await options.db.transaction(
       (async (tx: TransactionOf<TDb>) => {
         step = 'claim';
-        let claimed: Set<string>;
+        let claimed: Claimed;
         const claimSentAt = performance.now();
         try {
           claimed = await store.claim(tx, plan.rows, plan.lockTimeoutMs);
-          recordClaimOf(options.consumer, claimSentAt, plan.rows.length, { claimed: claimed.size });
+          recordClaimOf(options.consumer, claimSentAt, plan.rows.length, { claimed: claimed.ids.size });
         } catch (error) {
           recordClaimOf(options.consumer, claimSentAt, plan.rows.length, { error });
           throw new StepFailure('claim', error);
@@ -52,16 +52,16 @@ export async function drizzleTransaction<TDb extends AnyPgDatabase, T>(
         step = 'body';
         let result: T;
         try {
-          result = await plan.body(tx, claimed);
+          result = await plan.body(tx, claimed.ids);
         } catch (error) {
           thrownByBody = { error };
           throw error;
         }
-        const verified = claimed.size > 0 ? [...claimed] : (plan.verifyIds ?? []);
+        const verified = claimed.ids.size > 0 ? [...claimed.ids] : (plan.verifyIds ?? []);
         if (verified.length > 0) {
           step = 'verify';
           try {
-            await store.verify(tx, verified);
+            await store.verify(tx, verified, claimed.ids.size > 0 ? claimed.tids : []);
           } catch (error) {
             throw new StepFailure('verify', error);
           }

@@ -1,4 +1,4 @@
-import type { InboxStore } from '../inbox-store.js';
+import { type Claimed, claimedOf, type InboxStore } from '../inbox-store.js';
 import type { ResolvedOptions } from '../options.js';
 import { recordClaimOf } from '../telemetry/instruments.js';
 import { bodyFailure, brokenConnectionFailure, claimFailure, completionFailure, type TransactionFailure } from '../transaction-failures.js';
@@ -127,12 +127,12 @@ export async function nodePostgresTransaction<TDb extends AnyPgDatabase, T>(
     const quote = (value: string) => client.escapeLiteral(value);
     const begin = options.isolationLevel === undefined ? 'begin' : `begin isolation level ${options.isolationLevel}`;
     const claim = store.claimText(plan.rows, quote, plan.lockTimeoutMs);
-    let claimed: Set<string>;
+    let claimed: Claimed;
     const claimSentAt = performance.now();
     try {
       const results = resultsOf(await client.query(`${begin}; ${claim}`));
-      claimed = new Set((results[1]!.rows as { message_id: string }[]).map((r) => r.message_id));
-      recordClaimOf(options.consumer, claimSentAt, plan.rows.length, { claimed: claimed.size });
+      claimed = claimedOf(results[1]!.rows as { message_id: string; tid: unknown }[]);
+      recordClaimOf(options.consumer, claimSentAt, plan.rows.length, { claimed: claimed.ids.size });
     } catch (error) {
       recordClaimOf(options.consumer, claimSentAt, plan.rows.length, { error });
       const problem = firstOf(await rollback(client), connectionProblem);
@@ -155,7 +155,7 @@ export async function nodePostgresTransaction<TDb extends AnyPgDatabase, T>(
     };
     let value: T;
     try {
-      value = await plan.body(tx as TransactionOf<TDb>, claimed, abandon);
+      value = await plan.body(tx as TransactionOf<TDb>, claimed.ids, abandon);
     } catch (error) {
       if (abandoned) {
         failure = bodyFailure(error);
@@ -168,8 +168,9 @@ export async function nodePostgresTransaction<TDb extends AnyPgDatabase, T>(
     }
 
     try {
-      const ids = claimed.size > 0 ? [...claimed] : [...(plan.verifyIds ?? [])];
-      const text = ids.length === 0 ? 'commit' : `${store.verifyText(ids, quote)}; commit`;
+      const ids = claimed.ids.size > 0 ? [...claimed.ids] : [...(plan.verifyIds ?? [])];
+      const tids = claimed.ids.size > 0 ? claimed.tids : [];
+      const text = ids.length === 0 ? 'commit' : `${store.verifyText(ids, tids, quote)}; commit`;
       const results = resultsOf(await client.query(text));
       // PostgreSQL answers COMMIT in an aborted transaction with the tag ROLLBACK and no error.
       if (results[results.length - 1]?.command === 'ROLLBACK') {
