@@ -131,6 +131,16 @@ describe('fingerprint', () => {
     expect(() => fp(payload)).toThrow(/no JSON form/);
   });
 
+  it('names the path of the refused value, and forgets the path of members that were fine', () => {
+    expect(() => fp({ a: { ok: [1, 2] }, order: { items: [{ sku: 'x' }, { tags: new Set() }] } })).toThrow(
+      /^\$\.order\.items\[1\]\.tags: a Set has no JSON form/,
+    );
+    // biome-ignore lint/suspicious/noSparseArray: the hole is the point of the case.
+    expect(() => fp({ list: [[1], [1, , 3]] })).toThrow(/^\$\.list\[1\]\[1\]: a hole in an array/);
+    const shared = { x: 1 };
+    expect(canonicalJson({ a: shared, b: [shared, shared] })).toBe('{"a":{"x":1},"b":[{"x":1},{"x":1}]}');
+  });
+
   it('gives binary payloads of every kind their bytes, and keeps different bytes apart', () => {
     const hello = Buffer.from('hello');
     expect(fp(new Uint8Array(hello).buffer)).toBe(fp(hello));

@@ -1,4 +1,4 @@
-import { createHash } from 'node:crypto';
+import { hash } from 'node:crypto';
 import { canonicalJson } from './canonical-json.js';
 import type { InboxMessage } from './types.js';
 
@@ -44,17 +44,17 @@ function bytesOf(value: unknown): Uint8Array | undefined {
   return undefined;
 }
 
-/** SHA-256 (hex) of a value under `'auto'`, `'json'` or `'bytes'` rules. Throws on values with no JSON form. */
+/**
+ * SHA-256 (hex) of a value under `'auto'`, `'json'` or `'bytes'` rules. Throws on values with no JSON
+ * form. One-shot `crypto.hash` (Node 20.12+): for payloads of a few hundred bytes it is several times
+ * cheaper than a `createHash` object per message, and the digest is the same.
+ */
 export function fingerprintValue(value: unknown, mode: 'auto' | 'json' | 'bytes'): string {
-  const hash = createHash('sha256');
   const bytes = mode === 'json' ? undefined : bytesOf(value);
-  if (bytes !== undefined) {
-    hash.update(bytes);
-  } else if (mode === 'bytes') {
+  if (bytes !== undefined) return hash('sha256', bytes);
+  if (mode === 'bytes') {
     if (typeof value !== 'string') throw new TypeError('fingerprint "bytes" needs a binary or string payload');
-    hash.update(value, 'utf8');
-  } else {
-    hash.update(canonicalJson(value), 'utf8');
+    return hash('sha256', value);
   }
-  return hash.digest('hex');
+  return hash('sha256', canonicalJson(value));
 }
