@@ -15,6 +15,14 @@ export interface RunStats {
   perSecond: number;
   p50Ms: number;
   p99Ms: number;
+  /** CPU time of this Node process (user + system) per task over the run, in µs. */
+  cpuUs: number;
+}
+
+/** CPU time this Node process used (user + system) since `since`, in µs. */
+export function cpuSince(since: NodeJS.CpuUsage): number {
+  const used = process.cpuUsage(since);
+  return used.user + used.system;
 }
 
 /** One measured line of a suite. */
@@ -31,8 +39,14 @@ export interface BenchLine {
   p50Ms?: number;
   p99Ms?: number;
   /**
-   * Name (`mode`) of the line of the same suite this one is compared with; the table shows
-   * median(this)/median(base) and the range of the per-round paired ratios.
+   * CPU time of the benchmark's Node process per message (user + system, median over the rounds),
+   * in µs: everything on the Node side (inboxed, the driver, the broker client; an in-process
+   * broker too, where the suite says so), none of the database's or an external broker's.
+   */
+  cpuUsPerMessage?: number;
+  /**
+   * Name (`mode`) of the line of the same suite this one is compared with; the table shows the
+   * median and the range of the per-round paired ratios this/base.
    */
   baseline?: string;
   /** Target, e.g. `{ ratio: 0.8, text: '>= 0.80 of bare' }`; printed next to the ratio, with PASS/MISS. */
@@ -51,7 +65,10 @@ export interface RoundStats {
 
 /** A line's comparison with its baseline and its target, as printed and written. */
 export interface LineVerdict {
-  /** median(line) / median(baseline); undefined without a (reported) baseline. */
+  /**
+   * The median of the per-round ratios line[i] / baseline[i] (each round runs both back to back, so a
+   * machine slowing down between rounds cancels out); undefined without a (reported) baseline.
+   */
   ratio?: number;
   /** The per-round ratios line[i] / baseline[i]. */
   paired?: number[];
@@ -138,6 +155,7 @@ export function medianRun<T extends { perSecond: number }>(runs: T[]): T {
 export async function measure(total: number, concurrency: number, task: (i: number) => Promise<void>): Promise<RunStats> {
   const latencies: number[] = [];
   let next = 0;
+  const cpu = process.cpuUsage();
   const started = performance.now();
   await Promise.all(
     Array.from({ length: concurrency }, async () => {
@@ -149,7 +167,8 @@ export async function measure(total: number, concurrency: number, task: (i: numb
     }),
   );
   const seconds = (performance.now() - started) / 1000;
-  return { messages: total, seconds, perSecond: total / seconds, p50Ms: percentile(latencies, 0.5), p99Ms: percentile(latencies, 0.99) };
+  const cpuUs = cpuSince(cpu) / total;
+  return { messages: total, seconds, perSecond: total / seconds, p50Ms: percentile(latencies, 0.5), p99Ms: percentile(latencies, 0.99), cpuUs };
 }
 
 /** Formats a number of messages per second. */
@@ -180,9 +199,8 @@ export function verdict(line: BenchLine, reported: readonly BenchLine[] = lines)
   if (line.baseline !== undefined) {
     const base = reported.find((l) => l.suite === line.suite && l.mode === line.baseline);
     if (base) {
-      const baseMedian = stats(base.rounds).median;
-      result.ratio = baseMedian > 0 ? median / baseMedian : 0;
       result.paired = pairedRatios(line.rounds, base.rounds);
+      result.ratio = stats(result.paired).median;
     }
   }
   if (line.target) {
@@ -208,6 +226,7 @@ export function report(line: BenchLine): void {
     `(${grouped(s.min)}-${grouped(s.max)}, spread ${s.spreadPct.toFixed(0)}%)`,
   ];
   if (line.p50Ms !== undefined || line.p99Ms !== undefined) parts.push(`p50/p99 ${ms(line.p50Ms)}/${ms(line.p99Ms)} ms`);
+  if (line.cpuUsPerMessage !== undefined) parts.push(`Node CPU ${line.cpuUsPerMessage.toFixed(1)} µs/msg`);
   if (v.ratio !== undefined) parts.push(`ratio ${ratioText(v)} vs '${line.baseline}'`);
   else if (line.baseline !== undefined) parts.push(`(baseline '${line.baseline}' not reported yet)`);
   if (line.target) parts.push(`target ${line.target.text}: ${v.pass ? 'PASS' : `MISS${v.detail ? ` (${v.detail})` : ''}`}`);
@@ -239,8 +258,8 @@ export function renderResults(order: readonly string[]): string {
     const own = lines.filter((l) => l.suite === suite);
     if (own.length > 0) {
       out.push(
-        '| mode | messages/round | rounds | median msg/s | min-max msg/s (spread) | p50 / p99 ms | ratio vs baseline (paired range) | target | result |',
-        '|---|--:|--:|--:|--:|--:|---|---|---|',
+        '| mode | messages/round | rounds | median msg/s | min-max msg/s (spread) | p50 / p99 ms | Node CPU µs/msg | ratio vs baseline (paired range) | target | result |',
+        '|---|--:|--:|--:|--:|--:|--:|---|---|---|',
       );
       for (const line of own) {
         const s = stats(line.rounds);
@@ -249,7 +268,7 @@ export function renderResults(order: readonly string[]): string {
         const ratio = v.ratio === undefined ? '' : `${ratioText(v)} vs ${escapeCell(line.baseline ?? '')}`;
         const result = line.target === undefined ? '' : v.pass ? 'PASS' : `**MISS**${v.detail ? ` (${escapeCell(v.detail)})` : ''}`;
         out.push(
-          `| ${escapeCell(line.mode)} | ${grouped(line.messages)} | ${line.rounds.length} | ${grouped(s.median)} | ${grouped(s.min)}-${grouped(s.max)} (${s.spreadPct.toFixed(0)}%) | ${latency} | ${ratio} | ${escapeCell(line.target?.text ?? '')} | ${result} |`,
+          `| ${escapeCell(line.mode)} | ${grouped(line.messages)} | ${line.rounds.length} | ${grouped(s.median)} | ${grouped(s.min)}-${grouped(s.max)} (${s.spreadPct.toFixed(0)}%) | ${latency} | ${line.cpuUsPerMessage === undefined ? '' : line.cpuUsPerMessage.toFixed(1)} | ${ratio} | ${escapeCell(line.target?.text ?? '')} | ${result} |`,
         );
       }
       const notes = own.filter((l) => l.note);

@@ -13,7 +13,7 @@ import type { InboxMessage } from '@inboxed/core';
 import { sql } from 'drizzle-orm';
 import { integer, pgSchema, text } from 'drizzle-orm/pg-core';
 import type pg from 'pg';
-import { percentile, stats, type BenchLine } from './bench-kit.js';
+import { cpuSince, percentile, stats, type BenchLine } from './bench-kit.js';
 
 /** The payload every message carries. */
 export interface Order {
@@ -104,6 +104,8 @@ export interface Sample {
   p99Ms: number;
   /** Messages settled (the target count, or a few more when concurrent work finished past it). */
   settled: number;
+  /** CPU time of this Node process per message over the measured window, in µs (see BenchLine.cpuUsPerMessage). */
+  cpuUs?: number;
 }
 
 /**
@@ -117,6 +119,9 @@ export class Tracker {
   private first = 0;
   private last = 0;
   private count = 0;
+  /** Process CPU at the first receipt, and used from then to the `expected`-th settle (µs). */
+  private cpuAtFirst: NodeJS.CpuUsage | undefined;
+  private cpuUsed = 0;
   private finish: () => void = () => {};
   readonly done: Promise<void>;
 
@@ -125,7 +130,10 @@ export class Tracker {
   }
 
   received(key: string, at = performance.now()): void {
-    if (this.first === 0) this.first = at;
+    if (this.first === 0) {
+      this.first = at;
+      this.cpuAtFirst = process.cpuUsage();
+    }
     if (!this.receivedAt.has(key)) this.receivedAt.set(key, at);
   }
 
@@ -135,7 +143,10 @@ export class Tracker {
     this.receivedAt.set(key, -1);
     this.latencies.push(at - t0);
     this.last = at;
-    if (++this.count === this.expected) this.finish();
+    if (++this.count === this.expected) {
+      if (this.cpuAtFirst !== undefined) this.cpuUsed = cpuSince(this.cpuAtFirst);
+      this.finish();
+    }
   }
 
   /** Messages settled so far. */
@@ -152,6 +163,7 @@ export class Tracker {
       p50Ms: percentile(this.latencies, 0.5),
       p99Ms: percentile(this.latencies, 0.99),
       settled: this.count,
+      cpuUs: this.cpuUsed / this.expected,
     };
   }
 }
@@ -209,6 +221,7 @@ export async function runLines(suite: string, rounds: number, allSpecs: readonly
     const median = stats(rates).median;
     // The round closest to the median throughput supplies the latency figures.
     const typical = [...runs].sort((a, b) => Math.abs(a.perSecond - median) - Math.abs(b.perSecond - median))[0]!;
+    const cpu = runs.flatMap((r) => (r.cpuUs === undefined ? [] : [r.cpuUs]));
     report({
       suite,
       mode: spec.mode,
@@ -216,6 +229,7 @@ export async function runLines(suite: string, rounds: number, allSpecs: readonly
       rounds: rates,
       p50Ms: typical.p50Ms,
       p99Ms: typical.p99Ms,
+      ...(cpu.length === 0 ? {} : { cpuUsPerMessage: stats(cpu).median }),
       ...(spec.baseline === undefined ? {} : { baseline: spec.baseline }),
       ...(spec.target === undefined ? {} : { target: spec.target }),
       ...(spec.note === undefined ? {} : { note: spec.note }),

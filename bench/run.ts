@@ -64,8 +64,10 @@ const header = [
   '',
   'Columns: *median msg/s* is the median over the rounds; *min-max (spread)* the slowest and fastest round and',
   '(max-min)/median; *p50 / p99* the latency of one message (one batch where the mode says so) in the median',
-  'round; *ratio* is median(line)/median(baseline), with the range of the per-round paired ratios (each round',
-  'runs both lines back to back, alternating which goes first); *result* is PASS when every target holds.',
+  "round; *Node CPU* the benchmark process's CPU time per message (median over the rounds); *ratio* is the",
+  'median of the per-round paired ratios line/baseline, with their range (each round runs both lines back to',
+  'back, alternating which goes first, so drift between rounds cancels); *result* is PASS when every target holds.',
+  'The packages are measured as built (`dist`), as an application runs them.',
   '',
 ].join('\n');
 // The run before stays next to it as previous.md: two full runs side by side show how far the

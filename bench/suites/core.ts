@@ -20,8 +20,26 @@ import { sql } from 'drizzle-orm';
 import { drizzle } from 'drizzle-orm/node-postgres';
 import { bigserial, jsonb, pgSchema, text } from 'drizzle-orm/pg-core';
 import pg from 'pg';
-import { benchDatabaseUrl, benchRounds, measure, medianRun, pairedRounds, report, scaled, type RunStats } from '../bench-kit.js';
+import {
+  benchDatabaseUrl,
+  benchRounds,
+  measure,
+  medianRun,
+  pairedRounds,
+  report,
+  reportedLines,
+  reportSection,
+  scaled,
+  stats,
+  type RunStats,
+} from '../bench-kit.js';
 import { runLines, type Sample } from '../broker-harness.js';
+// Internal pieces of core, timed in isolation for the Node CPU split (not public API): typed from
+// the source, loaded from the build that `pnpm bench` makes first, as the lines above run it.
+type FingerprintModule = typeof import('../../packages/core/src/fingerprint.js');
+type StoreModule = typeof import('../../packages/core/src/inbox-store.js');
+type SchemaModule = typeof import('../../packages/core/src/schema.js');
+const built = <T>(file: string): Promise<T> => import(new URL(`../../packages/core/dist/${file}`, import.meta.url).href) as Promise<T>;
 
 const SCHEMA = `bench_core_${process.pid}`;
 const effects = pgSchema(SCHEMA).table('effects', {
@@ -131,7 +149,7 @@ export default async function run(): Promise<void> {
       await fresh();
       const run = await measure(batches, BATCH_WORKERS, work);
       // Latency stays per batch; throughput counts messages.
-      return { ...run, perSecond: run.perSecond * BATCH_SIZE, settled: BATCH_MESSAGES };
+      return { ...run, perSecond: run.perSecond * BATCH_SIZE, settled: BATCH_MESSAGES, cpuUs: run.cpuUs / BATCH_SIZE };
     };
     const bareBatchMode = 'bare batch (same set-based insert, no inbox)';
     const batchNote = `${BATCH_SIZE} messages per transaction, ${BATCH_WORKERS} workers; p50/p99 per batch`;
@@ -161,6 +179,7 @@ export default async function run(): Promise<void> {
       ],
       report,
     );
+    await reportNodeSplit(message);
   } finally {
     await pool.query(`drop schema "${SCHEMA}" cascade`);
     await pool.end();
@@ -182,8 +201,66 @@ function line(
     rounds: runs.map((r) => r.perSecond),
     p50Ms: median.p50Ms,
     p99Ms: median.p99Ms,
+    cpuUsPerMessage: stats(runs.map((r) => r.cpuUs)).median,
     ...(options.baseline !== undefined ? { baseline: options.baseline } : {}),
     ...(options.target !== undefined ? { target: options.target } : {}),
     ...(options.note !== undefined ? { note: options.note } : {}),
   });
+}
+
+/**
+ * Where inboxed's Node CPU per message goes in batch mode: the two pieces of its own work that
+ * scale with the message, timed in isolation on the same payloads (fingerprint: canonical JSON +
+ * SHA-256; SQL text: the claim and the completion check with inline literals, escaped by pg), set
+ * against the measured CPU of the batch lines. The rest is the driver (bigger statements to send,
+ * the claim's rows to parse) and per-message bookkeeping (validation, outcomes).
+ */
+async function reportNodeSplit(message: () => InboxMessage<Payload>): Promise<void> {
+  const { fingerprintMessage } = await built<FingerprintModule>('fingerprint.js');
+  const { InboxStore } = await built<StoreModule>('inbox-store.js');
+  const { createInboxTables } = await built<SchemaModule>('schema.js');
+  const batches = scaled(1_000, 50);
+  const samples = Array.from({ length: BATCH_SIZE }, message);
+  const store = new InboxStore(createInboxTables({ schema: SCHEMA }), 'bench-batch');
+  const quote = (value: string) => pg.Client.prototype.escapeLiteral(value);
+  const timePerMessage = (work: () => void) => {
+    for (let i = 0; i < 100; i++) work(); // warm-up: JIT
+    const cpu = process.cpuUsage();
+    for (let i = 0; i < batches; i++) work();
+    const used = process.cpuUsage(cpu);
+    return (used.user + used.system) / (batches * BATCH_SIZE);
+  };
+  let tid = 0;
+  const fingerprintUs = timePerMessage(() => {
+    for (const m of samples) fingerprintMessage(m);
+  });
+  const sqlUs = timePerMessage(() => {
+    const rows = samples.map((m) => ({ messageId: m.id, fingerprint: 'f'.repeat(64), source: undefined, receivedAt: undefined }));
+    store.claimText(rows, quote, 5000);
+    store.verifyText(
+      rows.map((r) => r.messageId),
+      rows.map(() => `(${tid >> 7},${++tid & 127})`),
+      quote,
+    );
+  });
+  const cpuOf = (mode: string) => reportedLines().find((l) => l.suite === 'core' && l.mode.startsWith(mode))?.cpuUsPerMessage;
+  const bare = cpuOf('bare batch');
+  const minimal = cpuOf('hand-written minimal inbox');
+  const inboxed = cpuOf('withInboxBatch');
+  const us = (n: number | undefined) => (n === undefined ? '-' : n.toFixed(1));
+  const added = bare === undefined || inboxed === undefined ? undefined : inboxed - bare;
+  const rest = added === undefined ? undefined : added - fingerprintUs - sqlUs;
+  const table = [
+    '| Node CPU per message, batch mode | µs |',
+    '|---|--:|',
+    `| bare batch (the driver, the domain insert) | ${us(bare)} |`,
+    `| hand-written minimal inbox | ${us(minimal)} |`,
+    `| withInboxBatch | ${us(inboxed)} |`,
+    `| added by inboxed (withInboxBatch - bare) | ${us(added)} |`,
+    `| of which: fingerprint (canonical JSON + SHA-256), timed alone | ${us(fingerprintUs)} |`,
+    `| of which: claim and completion check SQL text, timed alone | ${us(sqlUs)} |`,
+    `| of which: the rest (driver: more to send and parse; validation, outcomes) | ${us(rest)} |`,
+  ].join('\n');
+  console.log(`\n${table}`);
+  reportSection('core', `Node CPU split (per message, ${BATCH_SIZE} per batch; the batch lines' CPU is the median over their rounds):\n\n${table}`);
 }
