@@ -98,10 +98,12 @@ export class InboxStore {
   /** Whether the inbox's name carries its schema (given, or found by {@link pinSchema}). */
   private pinned: boolean;
   /**
-   * Whether the inbox is a partitioned table, once {@link pinSchema} has looked. Until then (and
-   * on a partitioned inbox, whose partitions repeat tuple ids) the completion check probes the index.
+   * Whether the claim returns tuple ids and the completion check looks the rows up by them: once
+   * {@link pinSchema} found the inbox to be a plain table whose `ctid` can be read. Until then, and
+   * for a partitioned inbox (its partitions repeat tuple ids) or an engine without `ctid`, the claim
+   * returns ids only and the check probes the index.
    */
-  private partitioned: boolean | undefined;
+  private byTupleId: boolean | undefined;
   private pinning: Promise<void> | undefined;
 
   constructor(
@@ -115,6 +117,11 @@ export class InboxStore {
     this.pinned = config.schema !== undefined;
   }
 
+  /** The claim's second returned column, the rows' tuple ids, when the check will use them. */
+  private get tidColumn(): string {
+    return this.byTupleId === true ? ', ctid::text as tid' : '';
+  }
+
   /** The inbox table's qualified name (schema-pinned once {@link pinSchema} found it), for the leased-mode statements. */
   get inboxTable(): SQL {
     return this.inboxName;
@@ -126,11 +133,12 @@ export class InboxStore {
    *   inside the transaction (schema-per-tenant applications do: `SET LOCAL search_path`), and the
    *   statements that follow it (rejection, completion check) must still reach the table the claim
    *   used. So the schema the table is found in is written into every statement from then on.
-   * - Whether it is partitioned, which decides how the completion check finds the claimed rows.
+   * - Whether it is a plain table with readable tuple ids, which decides how the completion check
+   *   finds the claimed rows (see {@link verify}).
    * Until the table exists this looks again each time; a failure here is left to the claim to report.
    */
   async pinSchema(db: Executable): Promise<void> {
-    if (this.pinned && this.partitioned !== undefined) return;
+    if (this.pinned && this.byTupleId !== undefined) return;
     this.pinning ??= (async () => {
       try {
         const [row] = await rowsOf<{ schema: string | null; kind: string | null }>(
@@ -143,7 +151,16 @@ export class InboxStore {
           this.inboxName = sql.raw(this.inboxNameText);
           this.pinned = true;
         }
-        if (typeof row?.kind === 'string') this.partitioned = row.kind === 'p';
+        if (row?.kind === 'r') {
+          // PostgreSQL-compatible engines without tuple ids (CockroachDB, for one) refuse this.
+          const readable = await rowsOf(db, sql.raw(`select ctid::text from ${this.inboxNameText} where false`)).then(
+            () => true,
+            () => false,
+          );
+          this.byTupleId = readable;
+        } else if (typeof row?.kind === 'string') {
+          this.byTupleId = false;
+        }
       } catch {
         // The claim runs next and reports an unreachable database or missing table properly.
       } finally {
@@ -198,14 +215,14 @@ export class InboxStore {
       const restore = lockTimeoutMs === null ? sql`` : sql.raw(`, ${this.restoreText()}`);
       const insert = sql`insert into ${this.inboxName} (consumer, message_id, fingerprint, status, source, received_at)
           values (${bound}, ${row.messageId}, ${row.fingerprint}, 'processed', ${row.source ?? null}, coalesce(${row.receivedAt?.toISOString() ?? null}::timestamptz, now()))
-          on conflict do nothing returning message_id, ctid::text as tid${restore}`;
+          on conflict do nothing returning message_id${sql.raw(this.tidColumn)}${restore}`;
       return claimedOf(await rowsOf<{ message_id: string; tid: unknown }>(tx, insert));
     }
     const insert = sql`insert into ${this.inboxName} (consumer, message_id, fingerprint, status, source, received_at)
           select (select ${bound}), m.id, m.fp, 'processed', m.src, coalesce(m.at::timestamptz, now())
           from unnest(${sql.param(rows.map((r) => r.messageId))}::text[], ${sql.param(rows.map((r) => r.fingerprint))}::text[],
                       ${sql.param(rows.map((r) => r.source ?? null))}::text[], ${sql.param(rows.map((r) => r.receivedAt?.toISOString() ?? null))}::text[]) as m(id, fp, src, at)
-          on conflict do nothing returning message_id, ctid::text as tid`;
+          on conflict do nothing returning message_id${sql.raw(this.tidColumn)}`;
     if (lockTimeoutMs === null) return claimedOf(await rowsOf<{ message_id: string; tid: unknown }>(tx, insert));
     const [claimed] = await Promise.all([rowsOf<{ message_id: string; tid: unknown }>(tx, insert), rowsOf(tx, sql.raw(`select ${this.restoreText()}`))]);
     return claimedOf(claimed);
@@ -225,7 +242,7 @@ export class InboxStore {
     const trusted = (value: string | null | undefined) => (value === null || value === undefined ? 'NULL' : `'${value}'`);
     const consumer = this.boundConsumer(literal(this.consumer), lockTimeoutMs);
     const insert = `insert into ${this.inboxNameText} (consumer, message_id, fingerprint, status, source, received_at)`;
-    const conflict = 'on conflict do nothing returning message_id, ctid::text as tid';
+    const conflict = `on conflict do nothing returning message_id${this.tidColumn}`;
     if (rows.length === 1) {
       const [row] = rows as [ClaimRow];
       const receivedAt = row.receivedAt === undefined ? 'now()' : `${trusted(row.receivedAt.toISOString())}::timestamptz`;
@@ -279,11 +296,12 @@ export class InboxStore {
    * (the same misestimate as above); below it, `ctid = any(...)` leaves a TID scan, or a sequential
    * scan where the table really is small. A partitioned inbox is always probed: every partition
    * repeats the same tuple ids, so a TID scan of the parent visits each partition, and the planner
-   * reads moderately sized partitions whole instead.
+   * reads moderately sized partitions whole instead. So is an inbox on an engine without `ctid`
+   * (see {@link pinSchema}); the claim then returns no tuple ids at all.
    */
   verify(tx: Executable, messageIds: readonly string[], claimedTids: readonly string[] = []): Promise<unknown> {
     const n = messageIds.length;
-    const tids = this.partitioned === false ? claimedTids : [];
+    const tids = this.byTupleId === true ? claimedTids : [];
     const ids = sql`${sql.param([...messageIds])}::text[]`;
     const probes =
       n === 1
@@ -302,7 +320,7 @@ export class InboxStore {
   /** {@link verify} as inline-literal text, to send in one round trip with COMMIT. */
   verifyText(messageIds: readonly string[], claimedTids: readonly string[], quote: Quote): string {
     const n = messageIds.length;
-    const tids = this.partitioned === false ? claimedTids : [];
+    const tids = this.byTupleId === true ? claimedTids : [];
     const consumer = quote(this.consumer);
     const ids = n === 1 ? '' : `ARRAY[${messageIds.map(quote).join(',')}]::text[]`;
     const probes =
