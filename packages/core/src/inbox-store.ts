@@ -79,6 +79,16 @@ async function rowsOf<T>(tx: Executable, query: SQL): Promise<T[]> {
   return (Array.isArray(result) ? result : (result as { rows: T[] }).rows) as T[];
 }
 
+/**
+ * Sent right before the completion check when it reads rows by tuple id. PostgreSQL costs a TID scan
+ * as one random page read per row, so up to some 15,000 rows it would rather read the whole inbox:
+ * every batch's check would then scan the table. `SET LOCAL` ends with the transaction, and the check
+ * is its last statement before COMMIT, so nothing of the handler's is planned under it; the index
+ * probes the check may fall back to are index scans, which it leaves alone. In a transaction the
+ * handler already broke, it fails (aborted) or does nothing (ended) exactly as the check would.
+ */
+const TID_SCAN_ONLY = 'set local enable_seqscan = off';
+
 /** A SQL literal quoted by the driver's own escaping (node-postgres' `escapeLiteral`). */
 export type Quote = (value: string) => string;
 
@@ -293,8 +303,8 @@ export class InboxStore {
    * when the TID scan found every row. The id filter keeps the fast path exactly as strict as the
    * probes: each counted row is a distinct claimed id (the unique key). It sits above an `OFFSET 0`
    * fence so the planner cannot turn `consumer = $1` into an index scan of all the consumer's rows
-   * (the same misestimate as above); below it, `ctid = any(...)` leaves a TID scan, or a sequential
-   * scan where the table really is small. A partitioned inbox is always probed: every partition
+   * (the same misestimate as above); below it, `ctid = any(...)` leaves a TID scan or a sequential
+   * scan, and {@link TID_SCAN_ONLY} rules the latter out. A partitioned inbox is always probed: every partition
    * repeats the same tuple ids, so a TID scan of the parent visits each partition, and the planner
    * reads moderately sized partitions whole instead. So is an inbox on an engine without `ctid`
    * (see {@link pinSchema}); the claim then returns no tuple ids at all.
@@ -313,8 +323,11 @@ export class InboxStore {
         ? sql`false`
         : sql`(select count(*) from (select consumer, message_id from ${this.inboxName} where ctid = any(${sql.param([...tids])}::text[]::tid[]) offset 0) as here
             where here.consumer = ${this.consumer} and here.message_id = any(${ids})) = ${n}`;
-    return tx.execute(sql`select case when txid_current_if_assigned() is not null and (${inPlace} or ${probes} = ${n}) then 0
-        else (${`${CLAIM_LOST_MARKER} `} || ${probes} || ${`/${n}`} || case when txid_current_if_assigned() is null then ' (no transaction)' else '' end)::int end`);
+    const check = sql`select case when txid_current_if_assigned() is not null and (${inPlace} or ${probes} = ${n}) then 0
+        else (${`${CLAIM_LOST_MARKER} `} || ${probes} || ${`/${n}`} || case when txid_current_if_assigned() is null then ' (no transaction)' else '' end)::int end`;
+    if (tids.length === 0) return tx.execute(check);
+    // Sent together (postgres-js pipelines them); see TID_SCAN_ONLY.
+    return Promise.all([tx.execute(sql.raw(TID_SCAN_ONLY)), tx.execute(check)]);
   }
 
   /** {@link verify} as inline-literal text, to send in one round trip with COMMIT. */
@@ -335,8 +348,9 @@ export class InboxStore {
         ? 'false'
         : `(select count(*) from (select consumer, message_id from ${this.inboxNameText} where ctid = any(${tidList}) offset 0) as here
             where here.consumer = ${consumer} and here.message_id ${n === 1 ? `= ${quote(messageIds[0]!)}` : `= any(${ids})`}) = ${n}`;
-    return `select case when txid_current_if_assigned() is not null and (${inPlace} or ${probes} = ${n}) then 0
+    const check = `select case when txid_current_if_assigned() is not null and (${inPlace} or ${probes} = ${n}) then 0
         else ('${CLAIM_LOST_MARKER} ' || ${probes} || '/${n}' || case when txid_current_if_assigned() is null then ' (no transaction)' else '' end)::int end`;
+    return tids.length === 0 ? check : `${TID_SCAN_ONLY}; ${check}`;
   }
 
   /** `unnest` of ids as `m(id)`, for the LATERAL lookups of {@link find}. */
