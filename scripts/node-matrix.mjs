@@ -12,6 +12,13 @@ import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 
+/**
+ * Files of those projects left to the Node 20 run: they compare inboxed's schema with what the
+ * drizzle-kit CLI generates (several CPU-heavy drizzle-kit runs each), which does not depend on the
+ * Node version running inboxed.
+ */
+const NODE_20_ONLY = ['src/migrations/drizzle-kit-interop.test.ts'];
+
 /** Each Node version and the vitest projects it runs. */
 const RUNS = [
   { version: '22.23.5', projects: ['core'] },
@@ -39,7 +46,8 @@ const failed = [];
 for (const { version, projects } of RUNS) {
   const node = nodeBinary(version);
   console.log(`\n==> Node ${version}: vitest ${projects.map((p) => `--project ${p}`).join(' ')}`);
-  const run = spawnSync(node, [path.join(root, 'node_modules', 'vitest', 'vitest.mjs'), 'run', ...projects.flatMap((p) => ['--project', p])], {
+  const args = ['run', ...projects.flatMap((p) => ['--project', p]), ...NODE_20_ONLY.flatMap((file) => ['--exclude', `**/${file}`])];
+  const run = spawnSync(node, [path.join(root, 'node_modules', 'vitest', 'vitest.mjs'), ...args], {
     cwd: root,
     stdio: 'inherit',
     // Child processes the tests start (npm, tsx workers, crash workers) find this Node first.
