@@ -11,6 +11,7 @@ const SUPPORTED_POSTGRES_MAJORS = [14, 15, 16, 17, 18];
  */
 function defaultServerMajor(): number | undefined {
   try {
+    // biome-ignore lint/suspicious/noUndeclaredEnvVars: vitest runs outside turbo; no task cache depends on it
     const url = process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
     const version = Number(
       execFileSync('psql', [url, '-tAc', 'show server_version_num'], { timeout: 5_000, stdio: ['ignore', 'pipe', 'ignore'] })
