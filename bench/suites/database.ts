@@ -23,7 +23,7 @@ import { promisify } from 'node:util';
 import { migrate } from '@inboxed/core';
 import { drizzle } from 'drizzle-orm/node-postgres';
 import pg from 'pg';
-import { benchDatabaseUrl, benchRounds, benchScale, percentile, report } from '../bench-kit.js';
+import { benchDatabaseUrl, benchRounds, benchScale, percentile, report, reportSection, stats } from '../bench-kit.js';
 import { runLines, type Sample } from '../broker-harness.js';
 
 const SCHEMA = `bench_database_${process.pid}`;
@@ -67,6 +67,8 @@ export default async function run(): Promise<void> {
     await pool.query(`create table "${SCHEMA}".minimal_inbox (consumer text not null, message_id text not null, primary key (consumer, message_id))`);
     await migrate(drizzle(pool), { schema: SCHEMA });
 
+    /** Per line, per round: each SQL statement's average latency (pgbench -r), in ms. */
+    const statementTimes = new Map<string, { statement: string; ms: number }[][]>();
     /** One pgbench run of `statements`, from empty tables and after a checkpoint, like the core suite. */
     const pgbench =
       (name: string, statements: string[]) =>
@@ -88,6 +90,7 @@ export default async function run(): Promise<void> {
           file,
           '-l',
           `--log-prefix=${prefix}`,
+          '-r',
           benchDatabaseUrl(),
         ];
         let stdout: string;
@@ -98,6 +101,7 @@ export default async function run(): Promise<void> {
         }
         const tps = Number(/tps = ([\d.]+)/.exec(stdout)?.[1]);
         if (!Number.isFinite(tps)) throw new Error(`pgbench printed no tps:\n${stdout}`);
+        statementTimes.set(name, [...(statementTimes.get(name) ?? []), statementLatencies(stdout)]);
         // The per-transaction log: "client transaction latency_us script epoch us" per line.
         const latencies = readdirSync(dir)
           .filter((f) => f.startsWith(path.basename(prefix)))
@@ -138,9 +142,37 @@ export default async function run(): Promise<void> {
       ],
       report,
     );
+    reportSection('database', statementSection(statementTimes));
   } finally {
     await pool.query(`drop schema if exists "${SCHEMA}" cascade`);
     await pool.end();
     rmSync(dir, { recursive: true, force: true });
   }
+}
+
+/** The SQL statements' average latencies from pgbench -r output ("statement latencies in milliseconds"). */
+function statementLatencies(stdout: string): { statement: string; ms: number }[] {
+  const section = stdout.split(/statement latencies in milliseconds.*\n/)[1] ?? '';
+  return section
+    .split('\n')
+    .map((line) => /^\s+([\d.]+)\s+(?:\d+\s+)?(.*)$/.exec(line))
+    .filter((m): m is RegExpExecArray => m !== null && !m[2]!.startsWith('\\'))
+    .map((m) => ({ statement: m[2]!.trim().replace(/\s+/g, ' ').slice(0, 70), ms: Number(m[1]) }));
+}
+
+/**
+ * PostgreSQL's time per statement, per line: the median over the rounds of each statement's
+ * average latency (pgbench -r; a statement waiting for a lock or for the other client's commit
+ * counts that wait too). The check line's rows show where inboxed's statements spend the server's time.
+ */
+function statementSection(times: Map<string, { statement: string; ms: number }[][]>): string {
+  const out = ['PostgreSQL time per statement (pgbench -r: average ms per transaction of 100 messages, median over the rounds):', ''];
+  for (const [name, rounds] of times) {
+    out.push(`- ${name}:`);
+    for (const [index, { statement }] of (rounds[0] ?? []).entries()) {
+      const median = stats(rounds.map((round) => round[index]?.ms ?? 0)).median;
+      out.push(`  - ${median.toFixed(3)} ms \`${statement.replaceAll('`', "'")}\``);
+    }
+  }
+  return out.join('\n');
 }
