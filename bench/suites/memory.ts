@@ -1,5 +1,5 @@
 /**
- * Memory: 1,000,000 messages (BENCH_MEMORY_MESSAGES) through `@inboxed/kafka` in batch mode
+ * Memory: 3,000,000 messages (BENCH_MEMORY_MESSAGES) through `@inboxed/kafka` in batch mode
  * (withInboxBatch, one set-based `insert ... select from unnest(...)` per chunk) on librdkafka's
  * mock cluster, sampling this process's RSS and heap every few seconds. A leak shows as RSS that
  * keeps rising after the warm-up; a flat line is what a long-running consumer needs.
@@ -8,7 +8,7 @@
  * child process (bench/memory-producer.ts) in waves, at most BENCH_MEMORY_BACKLOG ahead of the
  * consumer, because the mock keeps only about 5 MB per partition and deletes older records.
  *
- * Env: BENCH_MEMORY_MESSAGES (default 1,000,000), BENCH_MEMORY_SAMPLE_MS (default 2000),
+ * Env: BENCH_MEMORY_MESSAGES (default 3,000,000), BENCH_MEMORY_SAMPLE_MS (default 2000),
  * BENCH_MEMORY_BACKLOG (default 100,000), KAFKA_BROKERS (a real broker instead of the mock).
  */
 import { fork } from 'node:child_process';
@@ -21,7 +21,11 @@ import { Kafka, logLevel } from 'kafkajs';
 import pg from 'pg';
 import { benchDatabaseUrl, report, reportSection } from '../bench-kit.js';
 
-const TOTAL = Number(process.env.BENCH_MEMORY_MESSAGES ?? 1_000_000);
+// Three million, not the one million the issue asks for at least: a million takes about 50 s here,
+// six or seven of the heap's GC sawtooth periods, and the least-squares slope over so few teeth
+// swung from +0.5 to +3.5 MB per 100k between two runs of the same code; over three million it is
+// the trend, not where the last tooth happened to fall.
+const TOTAL = Number(process.env.BENCH_MEMORY_MESSAGES ?? 3_000_000);
 const SAMPLE_MS = Number(process.env.BENCH_MEMORY_SAMPLE_MS ?? 2000);
 const BACKLOG = Number(process.env.BENCH_MEMORY_BACKLOG ?? 100_000);
 const PARTITIONS = 4;
