@@ -32,6 +32,15 @@ export function claimedOf(rows: readonly { message_id: string; tid?: unknown }[]
   return { ids: new Set(rows.map((r) => r.message_id)), tids };
 }
 
+/**
+ * What the completion check must find: the rows this transaction claimed, with their tuple ids, or
+ * when it claimed none, the ids of a claim committed earlier (`verifyIds`, the leased completion),
+ * looked up by key.
+ */
+export function checkTargets(claimed: Claimed, verifyIds: readonly string[] | undefined): { ids: string[]; tids: readonly string[] } {
+  return claimed.ids.size > 0 ? { ids: [...claimed.ids], tids: claimed.tids } : { ids: [...(verifyIds ?? [])], tids: [] };
+}
+
 /** What the inbox already holds for a message id. */
 export interface ExistingRow {
   messageId: string;

@@ -1,5 +1,5 @@
 import { classifyDatabaseError } from '../database-errors.js';
-import type { Claimed, InboxStore } from '../inbox-store.js';
+import { type Claimed, checkTargets, type InboxStore } from '../inbox-store.js';
 import type { ResolvedOptions } from '../options.js';
 import { recordClaimOf } from '../telemetry/instruments.js';
 import { bodyFailure, brokenConnectionFailure, claimFailure, completionFailure } from '../transaction-failures.js';
@@ -57,11 +57,11 @@ export async function drizzleTransaction<TDb extends AnyPgDatabase, T>(
           thrownByBody = { error };
           throw error;
         }
-        const verified = claimed.ids.size > 0 ? [...claimed.ids] : (plan.verifyIds ?? []);
-        if (verified.length > 0) {
+        const { ids, tids } = checkTargets(claimed, plan.verifyIds);
+        if (ids.length > 0) {
           step = 'verify';
           try {
-            await store.verify(tx, verified, claimed.ids.size > 0 ? claimed.tids : []);
+            await store.verify(tx, ids, tids);
           } catch (error) {
             throw new StepFailure('verify', error);
           }

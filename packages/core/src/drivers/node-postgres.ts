@@ -1,4 +1,4 @@
-import { type Claimed, claimedOf, type InboxStore } from '../inbox-store.js';
+import { type Claimed, checkTargets, claimedOf, type InboxStore } from '../inbox-store.js';
 import type { ResolvedOptions } from '../options.js';
 import { recordClaimOf } from '../telemetry/instruments.js';
 import { bodyFailure, brokenConnectionFailure, claimFailure, completionFailure, type TransactionFailure } from '../transaction-failures.js';
@@ -181,8 +181,7 @@ export async function nodePostgresTransaction<TDb extends AnyPgDatabase, T>(
     }
 
     try {
-      const ids = claimed.ids.size > 0 ? [...claimed.ids] : [...(plan.verifyIds ?? [])];
-      const tids = claimed.ids.size > 0 ? claimed.tids : [];
+      const { ids, tids } = checkTargets(claimed, plan.verifyIds);
       const text = ids.length === 0 ? 'commit' : `${store.verifyText(ids, tids, quote)}; commit`;
       const results = resultsOf(await client.query(text));
       // PostgreSQL answers COMMIT in an aborted transaction with the tag ROLLBACK and no error.
