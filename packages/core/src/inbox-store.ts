@@ -308,8 +308,9 @@ export class InboxStore {
    * are gone. Only then, and for the leased completion (its claim committed earlier), are the ids
    * looked up by the unique index, one probe each (a LATERAL subquery with LIMIT, which the planner
    * cannot flatten: with `message_id = any(...)`, a table without statistics yet is planned as a scan
-   * of all the consumer's rows). CASE and OR evaluate the lookups lazily, so the probes cost nothing
-   * when the TID scan found every row. The id filter keeps the fast path exactly as strict as the
+   * of all the consumer's rows). The probes sit in the ELSE branch, an uncorrelated subquery that
+   * PostgreSQL runs only when it is reached (and plans once, for both the verdict and the error), so
+   * they cost nothing when the TID scan found every row. The id filter keeps the fast path exactly as strict as the
    * probes: each counted row is a distinct claimed id (the unique key). It sits above an `OFFSET 0`
    * fence so the planner cannot turn `consumer = $1` into an index scan of all the consumer's rows
    * (the same misestimate as above); below it, `ctid = any(...)` leaves a TID scan or a sequential
@@ -326,14 +327,16 @@ export class InboxStore {
       n === 1
         ? sql`(select count(*) from ${this.inboxName} where consumer = ${this.consumer} and message_id = ${messageIds[0]!})`
         : sql`(select count(*) from unnest(${ids}) as m(id)
-            cross join lateral (select 1 from ${this.inboxName} i where i.consumer = ${this.consumer} and i.message_id = m.id limit 1) as found)`;
+            cross join lateral (select 1 from ${this.inboxName} i where i.consumer = ${this.consumer} and i.message_id = m.id limit 1) as hit)`;
     const inPlace =
       tids.length === 0
         ? sql`false`
         : sql`(select count(*) from (select consumer, message_id from ${this.inboxName} where ctid = any(${sql.param([...tids])}::text[]::tid[]) offset 0) as here
             where here.consumer = ${this.consumer} and here.message_id = any(${ids})) = ${n}`;
-    const check = sql`select case when txid_current_if_assigned() is not null and (${inPlace} or ${probes} = ${n}) then 0
-        else (${`${CLAIM_LOST_MARKER} `} || ${probes} || ${`/${n}`} || case when txid_current_if_assigned() is null then ' (no transaction)' else '' end)::int end`;
+    const check = sql`select case when txid_current_if_assigned() is not null and ${inPlace} then 0
+        else (select case when probed.found = ${n} and txid_current_if_assigned() is not null then 0
+          else (${`${CLAIM_LOST_MARKER} `} || probed.found || ${`/${n}`} || case when txid_current_if_assigned() is null then ' (no transaction)' else '' end)::int end
+        from ${probes} as probed(found)) end`;
     if (tids.length === 0) return tx.execute(check);
     // Sent together (postgres-js pipelines them); see TID_SCAN_ONLY.
     return Promise.all([tx.execute(sql.raw(TID_SCAN_ONLY)), tx.execute(check)]);
@@ -349,7 +352,7 @@ export class InboxStore {
       n === 1
         ? `(select count(*) from ${this.inboxNameText} where consumer = ${consumer} and message_id = ${quote(messageIds[0]!)})`
         : `(select count(*) from unnest(${ids}) as m(id)
-            cross join lateral (select 1 from ${this.inboxNameText} i where i.consumer = ${consumer} and i.message_id = m.id limit 1) as found)`;
+            cross join lateral (select 1 from ${this.inboxNameText} i where i.consumer = ${consumer} and i.message_id = m.id limit 1) as hit)`;
     // Tuple ids are the server's own output, checked against TID by claimedOf.
     const tidList = `ARRAY[${tids.map((tid) => `'${tid}'`).join(',')}]::tid[]`;
     const inPlace =
@@ -357,8 +360,10 @@ export class InboxStore {
         ? 'false'
         : `(select count(*) from (select consumer, message_id from ${this.inboxNameText} where ctid = any(${tidList}) offset 0) as here
             where here.consumer = ${consumer} and here.message_id ${n === 1 ? `= ${quote(messageIds[0]!)}` : `= any(${ids})`}) = ${n}`;
-    const check = `select case when txid_current_if_assigned() is not null and (${inPlace} or ${probes} = ${n}) then 0
-        else ('${CLAIM_LOST_MARKER} ' || ${probes} || '/${n}' || case when txid_current_if_assigned() is null then ' (no transaction)' else '' end)::int end`;
+    const check = `select case when txid_current_if_assigned() is not null and ${inPlace} then 0
+        else (select case when probed.found = ${n} and txid_current_if_assigned() is not null then 0
+          else ('${CLAIM_LOST_MARKER} ' || probed.found || '/${n}' || case when txid_current_if_assigned() is null then ' (no transaction)' else '' end)::int end
+        from ${probes} as probed(found)) end`;
     return tids.length === 0 ? check : `${TID_SCAN_ONLY}; ${check}`;
   }
 
