@@ -23,6 +23,7 @@ import pg from 'pg';
 import {
   benchDatabaseUrl,
   benchRounds,
+  cpuSince,
   measure,
   medianRun,
   pairedRounds,
@@ -227,8 +228,7 @@ async function reportNodeSplit(message: () => InboxMessage<Payload>): Promise<vo
     for (let i = 0; i < 100; i++) work(); // warm-up: JIT
     const cpu = process.cpuUsage();
     for (let i = 0; i < batches; i++) work();
-    const used = process.cpuUsage(cpu);
-    return (used.user + used.system) / (batches * BATCH_SIZE);
+    return cpuSince(cpu) / (batches * BATCH_SIZE);
   };
   let tid = 0;
   const fingerprintUs = timePerMessage(() => {
