@@ -75,9 +75,10 @@ function attemptsRemoved(attempts: number): string {
 /**
  * Frees a stuck message so its next delivery can run it again. Two things, whichever apply:
  *
- * - an open leased claim (`processing`) whose lease is still live gets `lease_expires_at = now()`:
- *   the next delivery takes it over as it would after a crash (a new claim with a higher fencing
- *   token, so the old holder's completion is refused by the fence);
+ * - an open leased claim (`processing`) whose lease is still live is revoked: its fencing token goes
+ *   up by one and its lease ends now. The holder can no longer renew, release or complete it (every
+ *   one of those writes is fenced by the token), and the next delivery takes it over as it would
+ *   after a crash, with a higher token still;
  * - its attempts record is deleted, so it gets a fresh retry budget.
  *
  * It never marks anything succeeded, and never touches a completed message: `processed` or
@@ -86,9 +87,12 @@ function attemptsRemoved(attempts: number): string {
  * The change and one audit row (`action: 'release'`, the rows before and after) commit in one
  * transaction, under the rows' locks.
  *
- * A holder that is still alive keeps running until its next fenced write; if it renews its lease
- * before another delivery takes the claim over, the claim is its own again. Release claims whose
- * holder is gone (crashed, hung, partitioned away).
+ * A holder that is still alive keeps running until its next fenced write, which is refused: its
+ * `renewLease()` rejects with `LEASE_LOST` (its signal fires) and its completion commits nothing.
+ * The token moves rather than only the lease because a live holder renews by its token: with the
+ * token unchanged, one renewal before the next delivery arrived would have undone the release.
+ * An external call the revoked holder already made is repeated by the next holder under the same
+ * idempotency key, which is what that key is for.
  */
 export async function releaseMessage(
   db: AnyPgDatabase,
@@ -101,11 +105,11 @@ export async function releaseMessage(
     const changes: string[] = [];
     const expired = await rowsOf<unknown>(
       tx,
-      sql`update ${tables.inbox} set lease_expires_at = now()
+      sql`update ${tables.inbox} set lease_expires_at = now(), fencing_token = fencing_token + 1
         where consumer = ${consumer} and message_id = ${messageId} and status = 'processing' and lease_expires_at > now()
         returning 1`,
     );
-    if (expired.length > 0) changes.push('leased claim released: lease expired now, the next delivery takes it over');
+    if (expired.length > 0) changes.push('leased claim revoked: fencing token + 1, lease expired now, the next delivery takes it over');
     const attempts = await deleteAttempts(tx, tables, consumer, messageId);
     if (attempts !== null) changes.push(attemptsRemoved(attempts));
     if (changes.length > 0) return changes;

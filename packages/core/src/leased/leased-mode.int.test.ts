@@ -8,6 +8,7 @@ import { PermanentError } from '../errors.js';
 import { reject, type InboxMessage, type InboxOutcome } from '../types.js';
 import { withInbox } from '../with-inbox.js';
 import { withInboxBatch } from '../with-inbox-batch.js';
+import { releaseMessage } from '../admin/repairs.js';
 import { inspectLeases } from './lease-report.js';
 import type { LeasedHandlerContext } from './with-leased-inbox.js';
 
@@ -199,6 +200,39 @@ describe.each(DRIVERS)('leased mode on %s', (driver) => {
     fail = false;
     expect(await process({ id: 'm5', payload: {} })).toMatchObject({ status: 'processed', fencingToken: 2, takeover: false });
     expect(tokens).toEqual([1, 2]);
+  });
+
+  it('an operator release revokes a live claim: the holder cannot renew it back, its completion is fenced off, the next delivery takes it over', async () => {
+    const entered = gate();
+    const released = gate();
+    let renewal: unknown;
+    const handler = async (message: InboxMessage<{ who: string }>, context: LeasedHandlerContext) => {
+      context.complete(async (tx: any) => {
+        await tx.insert(t.effects).values({ messageId: message.id, value: { by: message.payload.who } });
+      });
+      if (message.payload.who === 'stuck') {
+        entered.open();
+        await released.opened;
+        // Alive after all: the renewal that used to take the claim back is refused.
+        renewal = await context.renewLease().catch((error: unknown) => error);
+      }
+      return storeResult({ by: message.payload.who });
+    };
+    const holder = withInbox<any, { who: string }>(handler, leased({ leaseMs: 60_000, fingerprint: false }));
+    const next = withInbox<any, { who: string }>(handler, leased({ leaseMs: 60_000, fingerprint: false }));
+    const stuck = holder({ id: 'm9', payload: { who: 'stuck' } });
+    await entered.opened;
+    await releaseMessage(t.db, { schema: t.schema }, 'c', 'm9', { actor: 'ops', reason: 'holder looks hung' });
+    expect(await row('m9')).toMatchObject({ status: 'processing', fencing_token: 2 });
+    released.open();
+    const late = await stuck;
+    expect(renewal).toMatchObject({ code: InboxErrorCodes.LEASE_LOST });
+    expect(late).toMatchObject({ status: 'retry', fencingToken: 1 });
+    expect(late.error?.code).toBe(InboxErrorCodes.LEASE_LOST);
+    expect(await t.countEffects('m9')).toBe(0);
+    const takeover = await next({ id: 'm9', payload: { who: 'next' } });
+    expect(takeover).toMatchObject({ status: 'processed', fencingToken: 3, takeover: true, result: { by: 'next' } });
+    expect(await t.query(`select value from "${t.schema}".effects where message_id = 'm9'`)).toEqual([{ value: { by: 'next' } }]);
   });
 
   it('failures count as in transactional mode: retry, then dead-letter at maxAttempts; the idempotency key stays the same across attempts and processors', async () => {
