@@ -45,6 +45,11 @@ export interface TestDatabase {
   effects: EffectsTable;
   /** Number of rows in `effects` (optionally for one message id). */
   countEffects(messageId?: string): Promise<number>;
+  /**
+   * Notices the server sent on this database's connections (`WARNING: ...`), on node-postgres and
+   * postgres-js; always empty on PGlite.
+   */
+  notices: string[];
   /** Runs SQL and returns rows as plain objects, on any driver. */
   query<T = Record<string, unknown>>(text: string): Promise<T[]>;
   close(): Promise<void>;
@@ -60,13 +65,15 @@ export async function createTestDatabase(driver: Driver, options: { poolSize?: n
   let db: any;
   let rawQuery: (text: string) => Promise<Record<string, unknown>[]>;
   let end: () => Promise<void>;
+  const notices: string[] = [];
   if (driver === 'node-postgres') {
     const pool = new pg.Pool({ connectionString: databaseUrl(), max: poolSize });
+    pool.on('connect', (client) => client.on('notice', (notice) => notices.push(`${notice.severity}: ${notice.message}`)));
     db = drizzleNodePg(pool);
     rawQuery = async (text) => (await pool.query(text)).rows;
     end = () => pool.end();
   } else if (driver === 'postgres-js') {
-    const client = postgres(databaseUrl(), { max: poolSize, onnotice: () => {} });
+    const client = postgres(databaseUrl(), { max: poolSize, onnotice: (notice) => notices.push(`${notice.severity}: ${notice.message}`) });
     db = drizzlePostgresJs(client);
     rawQuery = async (text) => [...(await client.unsafe(text))] as Record<string, unknown>[];
     end = () => client.end({ timeout: 5 });
@@ -91,6 +98,7 @@ export async function createTestDatabase(driver: Driver, options: { poolSize?: n
       const rows = await db.select({ n: sql<number>`count(*)::int` }).from(effects).where(where);
       return Number(rows[0].n);
     },
+    notices,
     query: rawQuery as TestDatabase['query'],
     async close() {
       try {

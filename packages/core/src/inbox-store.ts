@@ -89,14 +89,17 @@ async function rowsOf<T>(tx: Executable, query: SQL): Promise<T[]> {
 }
 
 /**
- * Sent right before the completion check when it reads rows by tuple id. PostgreSQL costs a TID scan
- * as one random page read per row, so up to some 15,000 rows it would rather read the whole inbox:
- * every batch's check would then scan the table. `SET LOCAL` ends with the transaction, and the check
- * is its last statement before COMMIT, so nothing of the handler's is planned under it; the index
- * probes the check may fall back to are index scans, which it leaves alone. In a transaction the
- * handler already broke, it fails (aborted) or does nothing (ended) exactly as the check would.
+ * Sent right before the completion check when it reads rows by tuple id: `SET LOCAL enable_seqscan =
+ * off`, as a function call. PostgreSQL costs a TID scan as one random page read per row, so up to
+ * some 15,000 rows it would rather read the whole inbox: every batch's check would then scan the
+ * table. A local setting ends with the transaction, and the check is its last statement before
+ * COMMIT, so nothing of the handler's is planned under it; the index probes the check may fall back
+ * to are index scans, which it leaves alone. In a transaction the handler already broke, it fails
+ * (aborted) or does nothing (ended) exactly as the check would. `set_config(..., true)` rather than
+ * the `SET LOCAL` statement because, outside a transaction block, the statement makes the server
+ * send a WARNING, which postgres-js prints to the console by default; the function is silent.
  */
-const TID_SCAN_ONLY = 'set local enable_seqscan = off';
+const TID_SCAN_ONLY = "select set_config('enable_seqscan', 'off', true)";
 
 /** A SQL literal quoted by the driver's own escaping (node-postgres' `escapeLiteral`). */
 export type Quote = (value: string) => string;
