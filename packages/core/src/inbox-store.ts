@@ -139,7 +139,10 @@ export class InboxStore {
     this.pinned = config.schema !== undefined;
   }
 
-  /** The claim's second returned column, the rows' tuple ids, when the check will use them. */
+  /**
+   * The claim's second returned column, the rows' tuple ids, when the check will use them: for a
+   * batch of two or more (one message is checked by its unique key, see {@link verify}).
+   */
   private get tidColumn(): string {
     return this.byTupleId === true ? ', ctid::text as tid' : '';
   }
@@ -237,7 +240,7 @@ export class InboxStore {
       const restore = lockTimeoutMs === null ? sql`` : sql.raw(`, ${this.restoreText()}`);
       const insert = sql`insert into ${this.inboxName} (consumer, message_id, fingerprint, status, source, received_at)
           values (${bound}, ${row.messageId}, ${row.fingerprint}, 'processed', ${row.source ?? null}, coalesce(${row.receivedAt?.toISOString() ?? null}::timestamptz, now()))
-          on conflict do nothing returning message_id${sql.raw(this.tidColumn)}${restore}`;
+          on conflict do nothing returning message_id${restore}`;
       return claimedOf(await rowsOf<{ message_id: string; tid: unknown }>(tx, insert));
     }
     const insert = sql`insert into ${this.inboxName} (consumer, message_id, fingerprint, status, source, received_at)
@@ -264,13 +267,13 @@ export class InboxStore {
     const trusted = (value: string | null | undefined) => (value === null || value === undefined ? 'NULL' : `'${value}'`);
     const consumer = this.boundConsumer(literal(this.consumer), lockTimeoutMs);
     const insert = `insert into ${this.inboxNameText} (consumer, message_id, fingerprint, status, source, received_at)`;
-    const conflict = `on conflict do nothing returning message_id${this.tidColumn}`;
     if (rows.length === 1) {
       const [row] = rows as [ClaimRow];
       const receivedAt = row.receivedAt === undefined ? 'now()' : `${trusted(row.receivedAt.toISOString())}::timestamptz`;
       const restore = lockTimeoutMs === null ? '' : `, ${this.restoreText()}`;
-      return `${insert} values (${consumer}, ${literal(row.messageId)}, ${trusted(row.fingerprint)}, 'processed', ${literal(row.source)}, ${receivedAt}) ${conflict}${restore}`;
+      return `${insert} values (${consumer}, ${literal(row.messageId)}, ${trusted(row.fingerprint)}, 'processed', ${literal(row.source)}, ${receivedAt}) on conflict do nothing returning message_id${restore}`;
     }
+    const conflict = `on conflict do nothing returning message_id${this.tidColumn}`;
     const array = (values: (string | null | undefined)[], quoteOne: typeof literal) => `ARRAY[${values.map(quoteOne).join(',')}]::text[]`;
     const ids = array(
       rows.map((r) => r.messageId),
@@ -304,7 +307,12 @@ export class InboxStore {
    * - the handler deleted the rows it runs under.
    * In the last two cases the check raises {@link CLAIM_LOST_MARKER}.
    *
-   * The rows are first looked for where the claim put them: a TID scan of the claim's `ctid`s,
+   * One message is checked by its unique key alone: a single index probe, in the flattest statement
+   * that gives the verdict and the error (an aggregate over the table, no subquery), because its
+   * planning is most of what the check costs in a one-message transaction. Measured with pgbench, it
+   * cost half as much as the TID scan below with its setting and its lazy fallback.
+   *
+   * A batch's rows are first looked for where the claim put them: a TID scan of the claim's `ctid`s,
    * counting only rows that still carry a claimed id of this consumer. No other transaction can move
    * or remove a row this transaction inserted and has not committed, so the rows are found there
    * unless this transaction updated them itself (a rejection or a stored result moves a row) or they
@@ -324,12 +332,16 @@ export class InboxStore {
    */
   verify(tx: Executable, messageIds: readonly string[], claimedTids: readonly string[] = []): Promise<unknown> {
     const n = messageIds.length;
+    if (n === 1) {
+      return tx.execute(
+        sql`select case when txid_current_if_assigned() is not null and count(*) = 1 then 0
+            else (${`${CLAIM_LOST_MARKER} `} || count(*) || '/1' || case when txid_current_if_assigned() is null then ' (no transaction)' else '' end)::int end
+          from ${this.inboxName} where consumer = ${this.consumer} and message_id = ${messageIds[0]!}`,
+      );
+    }
     const tids = this.byTupleId === true ? claimedTids : [];
     const ids = sql`${sql.param([...messageIds])}::text[]`;
-    const probes =
-      n === 1
-        ? sql`(select count(*) from ${this.inboxName} where consumer = ${this.consumer} and message_id = ${messageIds[0]!})`
-        : sql`(select count(*) from unnest(${ids}) as m(id)
+    const probes = sql`(select count(*) from unnest(${ids}) as m(id)
             cross join lateral (select 1 from ${this.inboxName} i where i.consumer = ${this.consumer} and i.message_id = m.id limit 1) as hit)`;
     const inPlace =
       tids.length === 0
@@ -348,13 +360,15 @@ export class InboxStore {
   /** {@link verify} as inline-literal text, to send in one round trip with COMMIT. */
   verifyText(messageIds: readonly string[], claimedTids: readonly string[], quote: Quote): string {
     const n = messageIds.length;
-    const tids = this.byTupleId === true ? claimedTids : [];
     const consumer = quote(this.consumer);
-    const ids = n === 1 ? '' : `ARRAY[${messageIds.map(quote).join(',')}]::text[]`;
-    const probes =
-      n === 1
-        ? `(select count(*) from ${this.inboxNameText} where consumer = ${consumer} and message_id = ${quote(messageIds[0]!)})`
-        : `(select count(*) from unnest(${ids}) as m(id)
+    if (n === 1) {
+      return `select case when txid_current_if_assigned() is not null and count(*) = 1 then 0
+          else ('${CLAIM_LOST_MARKER} ' || count(*) || '/1' || case when txid_current_if_assigned() is null then ' (no transaction)' else '' end)::int end
+        from ${this.inboxNameText} where consumer = ${consumer} and message_id = ${quote(messageIds[0]!)}`;
+    }
+    const tids = this.byTupleId === true ? claimedTids : [];
+    const ids = `ARRAY[${messageIds.map(quote).join(',')}]::text[]`;
+    const probes = `(select count(*) from unnest(${ids}) as m(id)
             cross join lateral (select 1 from ${this.inboxNameText} i where i.consumer = ${consumer} and i.message_id = m.id limit 1) as hit)`;
     // Tuple ids are the server's own output, checked against TID by claimedOf.
     const tidList = `ARRAY[${tids.map((tid) => `'${tid}'`).join(',')}]::tid[]`;
@@ -362,7 +376,7 @@ export class InboxStore {
       tids.length === 0
         ? 'false'
         : `(select count(*) from (select consumer, message_id from ${this.inboxNameText} where ctid = any(${tidList}) offset 0) as here
-            where here.consumer = ${consumer} and here.message_id ${n === 1 ? `= ${quote(messageIds[0]!)}` : `= any(${ids})`}) = ${n}`;
+            where here.consumer = ${consumer} and here.message_id = any(${ids})) = ${n}`;
     const check = `select case when txid_current_if_assigned() is not null and ${inPlace} then 0
         else (select case when probed.found = ${n} and txid_current_if_assigned() is not null then 0
           else ('${CLAIM_LOST_MARKER} ' || probed.found || '/${n}' || case when txid_current_if_assigned() is null then ' (no transaction)' else '' end)::int end
