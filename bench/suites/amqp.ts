@@ -52,10 +52,15 @@ import {
 
 const AMQP_URL = process.env.AMQP_URL ?? 'amqp://guest:guest@127.0.0.1:5672';
 const MESSAGES = scaled(20_000, 500);
-/** Per-message lines run ~10x slower; a quarter of the messages measures them as well. */
-const SINGLE_MESSAGES = scaled(3_000, 200);
-/** The peer drains ~100 msg/s here (its polling loop refills as single messages finish), so fewer messages. */
-const PEER_MESSAGES = scaled(1_000, 100);
+/**
+ * The lines without a database run 2-4x faster than the batch lines: with the same count their
+ * rounds lasted under a second and two runs differed by up to 16%, so they get three times as many.
+ */
+const NO_DB_MESSAGES = 3 * MESSAGES;
+/** Per-message lines run ~10x slower; rounds of 4-10 s (1.5-4 s moved by up to 14% between runs). */
+const SINGLE_MESSAGES = scaled(8_000, 200);
+/** The peer drains ~150 msg/s here (its polling loop refills as single messages finish): rounds of ~13 s. */
+const PEER_MESSAGES = scaled(2_000, 100);
 const BATCH = Number(process.env.BENCH_AMQP_BATCH ?? 200);
 const BATCH_WAIT_MS = 20;
 const BATCH_PREFETCH = 4 * BATCH;
@@ -205,14 +210,14 @@ export default async function amqpSuite(): Promise<void> {
     };
 
     const raw = async (): Promise<Sample> => {
-      const clock = await prepare(MESSAGES, []);
+      const clock = await prepare(NO_DB_MESSAGES, []);
       const channel = instrument(await connection.createChannel());
       await channel.prefetch(BATCH_PREFETCH);
       let seen = 0;
       await channel.consume(queue, (delivery) => {
         if (delivery === null) return;
         // One `multiple` ack per BATCH deliveries, as the batch lines ack.
-        if (++seen % BATCH === 0 || seen === MESSAGES) channel.ack(delivery, true);
+        if (++seen % BATCH === 0 || seen === NO_DB_MESSAGES) channel.ack(delivery, true);
       });
       const sample = await finish(clock, new Promise<never>(() => {}), 'raw');
       await channel.close();
@@ -366,7 +371,7 @@ export default async function amqpSuite(): Promise<void> {
       'amqp',
       ROUNDS,
       [
-        { mode: `raw amqplib consume + ack (prefetch ${BATCH_PREFETCH}, ack multiple per ${BATCH}, no DB)`, messages: MESSAGES, run: raw },
+        { mode: `raw amqplib consume + ack (prefetch ${BATCH_PREFETCH}, ack multiple per ${BATCH}, no DB)`, messages: NO_DB_MESSAGES, run: raw },
         { mode: batchMode, messages: MESSAGES, run: bareBatch },
         {
           mode: '@inboxed/amqp batch (withInboxBatch, same insert)',
@@ -377,8 +382,8 @@ export default async function amqpSuite(): Promise<void> {
         },
         {
           mode: '@inboxed/amqp batch, no-op processor (adapter cost only, no DB)',
-          messages: MESSAGES,
-          run: () => inboxed(noDatabase, MESSAGES, 'adapter only', false),
+          messages: NO_DB_MESSAGES,
+          run: () => inboxed(noDatabase, NO_DB_MESSAGES, 'adapter only', false),
         },
         { mode: singleMode, messages: SINGLE_MESSAGES, run: bareSingle },
         {

@@ -9,11 +9,15 @@
  *   columns and indexes, `ON CONFLICT DO NOTHING RETURNING`);
  * - the completion check of 0.1: one index probe per claimed id before COMMIT;
  * - inboxed's statements: the completion check it runs now, reading the claimed rows by tuple id.
- * The last line's ratio to bare is the most inboxed's batch mode can reach on this server, whatever
- * the Node side does; compare it with the core suite's withInboxBatch ratio.
+ * The last batch line's ratio to bare is the most inboxed's batch mode can reach on this server,
+ * whatever the Node side does; compare it with the core suite's withInboxBatch ratio. Three more
+ * lines do the same for one message per transaction with eight clients: a bare one-row insert,
+ * withInbox's claim without the completion check, and withInbox's statements; the last ratio is the
+ * ceiling of the core suite's withInbox c8. Every line sends its statements in the round trips its
+ * code makes (BEGIN with the claim, the check with COMMIT).
  *
  * Needs `pgbench` (shipped with PostgreSQL's client tools) on PATH.
- * Env: BENCH_ROUNDS (default 5), BENCH_SCALE (seconds per run: 10 x scale, at least 2).
+ * Env: BENCH_ROUNDS (default 5), BENCH_SCALE (seconds per run: 8 x scale, at least 2).
  */
 import { execFile } from 'node:child_process';
 import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
@@ -29,7 +33,9 @@ import { runLines, type Sample } from '../broker-harness.js';
 const SCHEMA = `bench_database_${process.pid}`;
 const BATCH = 100;
 const CLIENTS = 2;
-const SECONDS = Math.max(2, Math.round(10 * benchScale()));
+/** Clients of the per-message lines: the core suite's withInbox c8. */
+const SINGLE_CLIENTS = 8;
+const SECONDS = Math.max(2, Math.round(8 * benchScale()));
 const ROUNDS = benchRounds(5);
 
 /** The batch's ids, made on the server: a random base per transaction, so runs never collide. */
@@ -49,14 +55,32 @@ const PROBES = `(select count(*) from unnest(':ids'::text[]) m(id)
 // The completion check before 0.2: one index probe per claimed id.
 const CHECK_PROBES = `select case when txid_current_if_assigned() is not null and ${PROBES} = ${BATCH} then 0 else 1 / (random() * 0)::int end;`;
 // inboxed's completion check (InboxStore.verifyText): the claimed rows read by tuple id, after the
-// SET LOCAL that keeps PostgreSQL from reading the whole (young) table instead; the probes only if
+// local setting that keeps PostgreSQL from reading the whole (young) table instead; the probes only if
 // that misses (they never run here).
-const CHECK = `set local enable_seqscan = off;
-select case when txid_current_if_assigned() is not null and ((select count(*) from
+const SEQSCAN_OFF = "select set_config('enable_seqscan', 'off', true);";
+const CHECK = `select case when txid_current_if_assigned() is not null and ((select count(*) from
   (select consumer, message_id from "${SCHEMA}".inbox where ctid = any(':tids'::tid[]) offset 0) here
   where here.consumer = 'bench' and here.message_id = any(':ids'::text[])) = ${BATCH} or ${PROBES} = ${BATCH}) then 0 else 1 / (random() * 0)::int end;`;
 
-const script = (...statements: string[]) => ['\\set base random(1, 2000000000)', 'begin;', ...statements, 'commit;', ''].join('\n');
+// One message per transaction, as withInbox sends it (InboxStore.claimText/verifyText for one row),
+// next to the bare transaction doing the same one-row insert: the per-message modes' ceiling.
+const SINGLE_ID = `'m' || :base`;
+const SINGLE_DOMAIN = `insert into "${SCHEMA}".effects (message_id, payload) values (${SINGLE_ID}, '{"amount":1,"currency":"EUR"}'::jsonb);`;
+const SINGLE_CLAIM = `insert into "${SCHEMA}".inbox (consumer, message_id, fingerprint, status, source, received_at)
+  values ('bench', ${SINGLE_ID}, '9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08', 'processed', null, now())
+  on conflict do nothing returning message_id \\gset`;
+const SINGLE_CHECK = `select case when txid_current_if_assigned() is not null and count(*) = 1 then 0 else 1 / (random() * 0)::int end
+  from "${SCHEMA}".inbox where consumer = 'bench' and message_id = ':message_id';`;
+
+/**
+ * A pgbench script of one transaction, each inner list one round trip: its statements sent as one
+ * simple-protocol query (pgbench's `\;`), as inboxed sends BEGIN with the claim and the check with
+ * COMMIT, so every line pays for exactly the round trips its code makes.
+ */
+const transaction = (...roundTrips: string[][]) =>
+  ['\\set base random(1, 1000000000000000)', ...roundTrips.map((statements) => compound(statements)), ''].join('\n');
+/** Statements (each ending in `;` or `\gset`) as one query: all but the last end in `\;` instead. */
+const compound = (statements: string[]) => statements.map((statement, i) => (i < statements.length - 1 ? statement.replace(/;\s*$/, ' \\;') : statement)).join('\n');
 
 export default async function run(): Promise<void> {
   const pool = new pg.Pool({ connectionString: benchDatabaseUrl(), max: 2 });
@@ -71,19 +95,19 @@ export default async function run(): Promise<void> {
     const statementTimes = new Map<string, { statement: string; ms: number }[][]>();
     /** One pgbench run of `statements`, from empty tables and after a checkpoint, like the core suite. */
     const pgbench =
-      (name: string, statements: string[]) =>
+      (name: string, text: string, { clients = CLIENTS, batch = BATCH } = {}) =>
       async (round: number): Promise<Sample> => {
         await pool.query(`truncate "${SCHEMA}".effects, "${SCHEMA}".minimal_inbox, "${SCHEMA}".inbox`);
         await pool.query('checkpoint').catch(() => undefined); // needs superuser or pg_checkpoint
         const file = path.join(dir, `${name}.sql`);
-        writeFileSync(file, script(...statements));
+        writeFileSync(file, text);
         const prefix = path.join(dir, `${name}-${round}`);
         const args = [
           '-n',
           '-c',
-          String(CLIENTS),
+          String(clients),
           '-j',
-          String(CLIENTS),
+          String(Math.min(clients, 2)),
           '-T',
           String(SECONDS),
           '-f',
@@ -108,36 +132,54 @@ export default async function run(): Promise<void> {
           .flatMap((f) => readFileSync(path.join(dir, f), 'utf8').trim().split('\n'))
           .map((line) => Number(line.split(' ')[2]) / 1000);
         return {
-          perSecond: tps * BATCH,
+          perSecond: tps * batch,
           seconds: SECONDS,
           p50Ms: percentile(latencies, 0.5),
           p99Ms: percentile(latencies, 0.99),
-          settled: Math.round(tps * BATCH * SECONDS),
+          settled: Math.round(tps * batch * SECONDS),
         };
       };
 
     const bare = 'bare: the set-based domain insert';
+    const bareSingle = 'bare per-message: one-row insert, 1 message per transaction';
+    const single = { clients: SINGLE_CLIENTS, batch: 1 };
+    const singleNote = `pgbench, ${SINGLE_CLIENTS} clients (the core suite's c8), 1 message per transaction, runs of ${SECONDS} s; no Node in the numbers`;
     const note = `pgbench, ${CLIENTS} clients, ${BATCH} messages per transaction (the messages/round column), runs of ${SECONDS} s; p50/p99 per transaction; no Node in the numbers`;
     await runLines(
       'database',
       ROUNDS,
       [
-        { mode: bare, messages: BATCH, note, run: pgbench('bare', [DOMAIN]) },
-        { mode: 'minimal inbox: + one unique-key row per message', messages: BATCH, baseline: bare, note, run: pgbench('minimal', [MINIMAL, DOMAIN]) },
-        { mode: "inboxed's claim: + the inbox row as inboxed writes it", messages: BATCH, baseline: bare, note, run: pgbench('claim', [CLAIM, DOMAIN]) },
+        { mode: bare, messages: BATCH, note, run: pgbench('bare', transaction(['begin;'], [DOMAIN], ['commit;'])) },
+        { mode: 'minimal inbox: + one unique-key row per message', messages: BATCH, baseline: bare, note, run: pgbench('minimal', transaction(['begin;'], [MINIMAL], [DOMAIN], ['commit;'])) },
+        { mode: "inboxed's claim: + the inbox row as inboxed writes it", messages: BATCH, baseline: bare, note, run: pgbench('claim', transaction(['begin;', CLAIM], [DOMAIN], ['commit;'])) },
         {
           mode: 'the same, with the completion check of 0.1 (one index probe per id)',
           messages: BATCH,
           baseline: bare,
           note,
-          run: pgbench('probes', [CLAIM_KEEPING, DOMAIN, CHECK_PROBES]),
+          run: pgbench('probes', transaction(['begin;', CLAIM_KEEPING], [DOMAIN], [CHECK_PROBES, 'commit;'])),
         },
         {
           mode: "inboxed's statements: + the completion check by tuple id (its ceiling)",
           messages: BATCH,
           baseline: bare,
           note,
-          run: pgbench('check', [CLAIM_KEEPING, DOMAIN, CHECK]),
+          run: pgbench('check', transaction(['begin;', CLAIM_KEEPING], [DOMAIN], [SEQSCAN_OFF, CHECK, 'commit;'])),
+        },
+        { mode: bareSingle, messages: 1, note: singleNote, run: pgbench('bare-single', transaction(['begin;'], [SINGLE_DOMAIN], ['commit;']), single) },
+        {
+          mode: "inboxed's per-message claim: claim, insert, no completion check",
+          messages: 1,
+          baseline: bareSingle,
+          note: singleNote,
+          run: pgbench('claim-single', transaction(['begin;', SINGLE_CLAIM], [SINGLE_DOMAIN], ['commit;']), single),
+        },
+        {
+          mode: "inboxed's per-message statements: claim, insert, completion check",
+          messages: 1,
+          baseline: bareSingle,
+          note: singleNote,
+          run: pgbench('check-single', transaction(['begin;', SINGLE_CLAIM], [SINGLE_DOMAIN], [SINGLE_CHECK, 'commit;']), single),
         },
       ],
       report,
@@ -166,7 +208,7 @@ function statementLatencies(stdout: string): { statement: string; ms: number }[]
  * counts that wait too). The check line's rows show where inboxed's statements spend the server's time.
  */
 function statementSection(times: Map<string, { statement: string; ms: number }[][]>): string {
-  const out = ['PostgreSQL time per statement (pgbench -r: average ms per transaction of 100 messages, median over the rounds):', ''];
+  const out = ['PostgreSQL time per statement (pgbench -r: average ms per transaction, median over the rounds):', ''];
   for (const [name, rounds] of times) {
     out.push(`- ${name}:`);
     for (const [index, { statement }] of (rounds[0] ?? []).entries()) {
