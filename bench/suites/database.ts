@@ -80,7 +80,8 @@ const SINGLE_CHECK = `select case when txid_current_if_assigned() is not null an
 const transaction = (...roundTrips: string[][]) =>
   ['\\set base random(1, 1000000000000000)', ...roundTrips.map((statements) => compound(statements)), ''].join('\n');
 /** Statements (each ending in `;` or `\gset`) as one query: all but the last end in `\;` instead. */
-const compound = (statements: string[]) => statements.map((statement, i) => (i < statements.length - 1 ? statement.replace(/;\s*$/, ' \\;') : statement)).join('\n');
+const compound = (statements: string[]) =>
+  statements.map((statement, i) => (i < statements.length - 1 ? statement.replace(/;\s*$/, ' \\;') : statement)).join('\n');
 
 export default async function run(): Promise<void> {
   const pool = new pg.Pool({ connectionString: benchDatabaseUrl(), max: 2 });
@@ -150,8 +151,20 @@ export default async function run(): Promise<void> {
       ROUNDS,
       [
         { mode: bare, messages: BATCH, note, run: pgbench('bare', transaction(['begin;'], [DOMAIN], ['commit;'])) },
-        { mode: 'minimal inbox: + one unique-key row per message', messages: BATCH, baseline: bare, note, run: pgbench('minimal', transaction(['begin;'], [MINIMAL], [DOMAIN], ['commit;'])) },
-        { mode: "inboxed's claim: + the inbox row as inboxed writes it", messages: BATCH, baseline: bare, note, run: pgbench('claim', transaction(['begin;', CLAIM], [DOMAIN], ['commit;'])) },
+        {
+          mode: 'minimal inbox: + one unique-key row per message',
+          messages: BATCH,
+          baseline: bare,
+          note,
+          run: pgbench('minimal', transaction(['begin;'], [MINIMAL], [DOMAIN], ['commit;'])),
+        },
+        {
+          mode: "inboxed's claim: + the inbox row as inboxed writes it",
+          messages: BATCH,
+          baseline: bare,
+          note,
+          run: pgbench('claim', transaction(['begin;', CLAIM], [DOMAIN], ['commit;'])),
+        },
         {
           mode: 'the same, with the completion check of 0.1 (one index probe per id)',
           messages: BATCH,
