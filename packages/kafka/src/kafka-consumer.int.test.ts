@@ -7,6 +7,7 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { useKafkaTestKit } from '../test/kafka-test-kit.js';
 import { createHarness, GROUP_TIMINGS, type KafkaHarness } from '../test/harness.js';
 import { createEachBatchHandler, createKafkaConsumer } from './index.js';
+import { headerString } from './kafka-message.js';
 
 describe('createKafkaConsumer against a Kafka-protocol broker', () => {
   const k = useKafkaTestKit({ partitions: 2 });
@@ -46,6 +47,37 @@ describe('createKafkaConsumer against a Kafka-protocol broker', () => {
     await k.start(processor, { messageId: { extract: ({ message }) => message.key?.toString(), fallback: true } });
     await recorder.waitFor('key-1', { status: 'processed' });
     await recorder.waitFor(`${k.h.topic}/0/1`, { status: 'processed' });
+  });
+
+  it('headers reach the handler and the dead-letter copy as sent, one named __proto__ too (kafkajs decodes it as [prototype, value])', async () => {
+    const seen: Record<string, unknown>[] = [];
+    const recorder = createOutcomeRecorder();
+    const processor = recorder.wrap(
+      withInbox(
+        async (message: InboxMessage) => {
+          seen.push(message.headers ?? {});
+        },
+        { db: k.t.db, consumer: 'billing', tables: { schema: k.t.schema } },
+      ),
+    );
+    // An own `__proto__` key, as a producer in any language can send it.
+    const headers = (proto: string) => JSON.parse(`{"__proto__": "${proto}", "trace": "t-1"}`) as Record<string, string>;
+    await k.h.produce([
+      { id: 'pay-1', value: { a: 1 }, partition: 0, headers: headers('p-1') },
+      { id: 'pay-2', value: 'not json', partition: 0, headers: headers('p-2') },
+    ]);
+    await k.start(processor);
+    await recorder.waitFor('pay-1', { status: 'processed' });
+    await recorder.waitFor('pay-2', { status: 'dead-letter' });
+
+    expect(Object.getOwnPropertyDescriptor(seen[0], '__proto__')?.value).toBe('p-1');
+    expect(Object.getPrototypeOf(seen[0])).toBe(Object.prototype);
+    expect(seen[0]).toMatchObject({ trace: 't-1', 'message-id': 'pay-1' });
+    // The outcome is recorded before the copy is produced: wait for the copy itself.
+    await waitFor('the dead-letter copy', async () => (await k.h.deadLetterRecords()).length === 1);
+    const [copy] = await k.h.deadLetterRecords();
+    expect(headerString(Object.getOwnPropertyDescriptor(copy!.headers, '__proto__')?.value)).toBe('p-2');
+    expect(headerString(copy!.headers?.trace)).toBe('t-1');
   });
 
   describe('stop()', () => {

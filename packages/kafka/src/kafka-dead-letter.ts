@@ -1,5 +1,6 @@
 import type { InboxOutcome } from '@inboxed/core';
 import { deadLetterHeaders } from '@inboxed/core/adapter';
+import { firstHeaderValue, setHeader } from './kafka-message.js';
 import type { KafkaOutgoingRecord, KafkaProducerLike, KafkaRecord } from './kafka-types.js';
 
 /** Kafka-specific dead-letter headers, next to core's `x-inboxed-*` set (`DeadLetterHeaders`). */
@@ -36,8 +37,8 @@ export interface DeadLetterSource {
 export function deadLetterRecord(record: KafkaRecord, source: DeadLetterSource, outcome: InboxOutcome, now: Date = new Date()): KafkaOutgoingRecord {
   const headers: Record<string, Buffer | string> = {};
   for (const [name, value] of Object.entries(record.headers ?? {})) {
-    const first = Array.isArray(value) ? value[0] : value;
-    if (first !== undefined) headers[name] = first;
+    const first = firstHeaderValue(value);
+    if (first !== undefined) setHeader(headers, name, first);
   }
   Object.assign(headers, deadLetterHeaders(outcome, now), {
     [KafkaDeadLetterHeaders.ORIGINAL_TOPIC]: source.topic,

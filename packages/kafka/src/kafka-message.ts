@@ -22,11 +22,35 @@ export interface MessageMapping {
 /** A record mapped to an inbox message, or the outcome the adapter decided for it without the processor. */
 export type MappedDelivery = { ok: true; message: InboxMessage } | { ok: false; outcome: InboxOutcome };
 
+/**
+ * The first value of a header as kafkajs hands it: a Buffer or a string, or an array of them for a
+ * repeated header. Only strings and Buffers count: kafkajs decodes a header named `__proto__` as
+ * `[Object.prototype, value]` (its decoder reads `obj[key]` to detect repeats, which for that name
+ * is the prototype), and the prototype is not a value anyone sent.
+ */
+export function firstHeaderValue(value: KafkaHeaders[string] | undefined): Buffer | string | undefined {
+  if (!Array.isArray(value)) return isHeaderValue(value) ? value : undefined;
+  return value.find(isHeaderValue);
+}
+
+function isHeaderValue(value: unknown): value is Buffer | string {
+  return typeof value === 'string' || Buffer.isBuffer(value);
+}
+
 /** A header value as a string (kafkajs hands Buffers; repeated headers arrive as arrays: the first wins). */
-export function headerString(value: KafkaHeaders[string]): string | undefined {
-  const first = Array.isArray(value) ? value[0] : value;
+export function headerString(value: KafkaHeaders[string] | undefined): string | undefined {
+  const first = firstHeaderValue(value);
   if (first === undefined) return undefined;
   return typeof first === 'string' ? first : first.toString('utf8');
+}
+
+/**
+ * `target[name] = value` as an own property whatever the name: assigning `__proto__` would set the
+ * object's prototype instead (or do nothing, for a string), and the header would vanish.
+ */
+export function setHeader<T>(target: Record<string, T>, name: string, value: T): void {
+  if (name === '__proto__') Object.defineProperty(target, name, { value, enumerable: true, writable: true, configurable: true });
+  else target[name] = value;
 }
 
 /** The record's identity `topic/partition/offset`: the message id with `messageId.fallback`. */
@@ -45,7 +69,7 @@ function decodeHeaders(headers: KafkaHeaders | undefined): Record<string, string
   // Object.keys rather than Object.entries: no [name, value] pair allocated per header of every record.
   for (const name of Object.keys(headers)) {
     const text = headerString(headers[name]);
-    if (text !== undefined) decoded[name] = text;
+    if (text !== undefined) setHeader(decoded, name, text);
   }
   return decoded;
 }
