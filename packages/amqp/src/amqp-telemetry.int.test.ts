@@ -1,27 +1,13 @@
 import { configureTelemetry } from '@inboxed/core';
-import { waitFor } from '@inboxed/test-support';
-import { context, propagation } from '@opentelemetry/api';
-import { AsyncLocalStorageContextManager } from '@opentelemetry/context-async-hooks';
-import { W3CTraceContextPropagator } from '@opentelemetry/core';
-import { BasicTracerProvider, InMemorySpanExporter, SimpleSpanProcessor } from '@opentelemetry/sdk-trace-base';
-import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { useInMemoryTracing, waitFor } from '@inboxed/test-support';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { type AmqpTestKit, createAmqpTestKit } from '../test/amqp-test-kit.js';
 
 // The delivery span continues the producer's trace from the AMQP `traceparent` header, and core's
 // transaction span nests under it. Metrics and the batch links are proven once, in core.
 describe('OpenTelemetry on RabbitMQ', () => {
-  const exporter = new InMemorySpanExporter();
+  const exporter = useInMemoryTracing(configureTelemetry);
   let k: AmqpTestKit;
-  beforeAll(() => {
-    context.setGlobalContextManager(new AsyncLocalStorageContextManager().enable());
-    propagation.setGlobalPropagator(new W3CTraceContextPropagator());
-    configureTelemetry({ tracerProvider: new BasicTracerProvider({ spanProcessors: [new SimpleSpanProcessor(exporter)] }) });
-  });
-  afterAll(() => {
-    configureTelemetry();
-    context.disable();
-    propagation.disable();
-  });
   beforeEach(async () => {
     k = await createAmqpTestKit('amqp-otel');
   });

@@ -1,27 +1,13 @@
 import { configureTelemetry, withInbox } from '@inboxed/core';
-import { waitFor } from '@inboxed/test-support';
-import { context, propagation } from '@opentelemetry/api';
-import { AsyncLocalStorageContextManager } from '@opentelemetry/context-async-hooks';
-import { W3CTraceContextPropagator } from '@opentelemetry/core';
-import { BasicTracerProvider, InMemorySpanExporter, SimpleSpanProcessor } from '@opentelemetry/sdk-trace-base';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { useInMemoryTracing, waitFor } from '@inboxed/test-support';
+import { describe, expect, it } from 'vitest';
 import { useKafkaTestKit } from '../test/kafka-test-kit.js';
 
 // The delivery span continues the producer's trace from the record's `traceparent` header (kafkajs
 // hands header values as Buffers), and core's transaction span nests under it.
 describe('OpenTelemetry on Kafka', () => {
   const k = useKafkaTestKit({ partitions: 1, label: 'kafka-otel' });
-  const exporter = new InMemorySpanExporter();
-  beforeAll(() => {
-    context.setGlobalContextManager(new AsyncLocalStorageContextManager().enable());
-    propagation.setGlobalPropagator(new W3CTraceContextPropagator());
-    configureTelemetry({ tracerProvider: new BasicTracerProvider({ spanProcessors: [new SimpleSpanProcessor(exporter)] }) });
-  });
-  afterAll(() => {
-    configureTelemetry();
-    context.disable();
-    propagation.disable();
-  });
+  const exporter = useInMemoryTracing(configureTelemetry);
 
   it('process span: child of the traceparent header, topic and group attributes, the transaction span inside it', async () => {
     const processor = withInbox(

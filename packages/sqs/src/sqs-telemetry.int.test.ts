@@ -1,11 +1,7 @@
 import { ReceiveMessageCommand } from '@aws-sdk/client-sqs';
 import { configureTelemetry } from '@inboxed/core';
-import { waitFor } from '@inboxed/test-support';
-import { context, propagation } from '@opentelemetry/api';
-import { AsyncLocalStorageContextManager } from '@opentelemetry/context-async-hooks';
-import { W3CTraceContextPropagator } from '@opentelemetry/core';
-import { BasicTracerProvider, InMemorySpanExporter, SimpleSpanProcessor } from '@opentelemetry/sdk-trace-base';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { useInMemoryTracing, waitFor } from '@inboxed/test-support';
+import { describe, expect, it } from 'vitest';
 import { sqsTestContext } from '../test/sqs-test-kit.js';
 import { createSqsHandler } from './index.js';
 
@@ -13,17 +9,7 @@ import { createSqsHandler } from './index.js';
 // else from X-Ray's `AWSTraceHeader` system attribute, and core's transaction span nests under it.
 describe('OpenTelemetry on SQS', () => {
   const ctx = sqsTestContext();
-  const exporter = new InMemorySpanExporter();
-  beforeAll(() => {
-    context.setGlobalContextManager(new AsyncLocalStorageContextManager().enable());
-    propagation.setGlobalPropagator(new W3CTraceContextPropagator());
-    configureTelemetry({ tracerProvider: new BasicTracerProvider({ spanProcessors: [new SimpleSpanProcessor(exporter)] }) });
-  });
-  afterAll(() => {
-    configureTelemetry();
-    context.disable();
-    propagation.disable();
-  });
+  const exporter = useInMemoryTracing(configureTelemetry);
 
   it('process span: child of the traceparent attribute, queue attributes, the transaction span inside it', async () => {
     const h = await ctx.queues();
