@@ -221,7 +221,11 @@ function statementLatencies(stdout: string): { statement: string; ms: number }[]
  * counts that wait too). The check line's rows show where inboxed's statements spend the server's time.
  */
 function statementSection(times: Map<string, { statement: string; ms: number }[][]>): string {
-  const out = ['PostgreSQL time per statement (pgbench -r: average ms per transaction, median over the rounds):', ''];
+  const out = [
+    'PostgreSQL time per statement (pgbench -r: average ms per transaction, median over the rounds). A round trip of several',
+    'statements (`\\;`) is listed by its first: `begin ;` is BEGIN with the claim, the last line of a checked transaction is the check with COMMIT.',
+    '',
+  ];
   for (const [name, rounds] of times) {
     out.push(`- ${name}:`);
     for (const [index, { statement }] of (rounds[0] ?? []).entries()) {
