@@ -101,6 +101,17 @@ async function rowsOf<T>(tx: Executable, query: SQL): Promise<T[]> {
  */
 const TID_SCAN_ONLY = "select set_config('enable_seqscan', 'off', true)";
 
+/**
+ * The completion check's verdict on `found` (an SQL expression: how many of the `n` claimed rows are
+ * there): 0 when all are, inside an open transaction; otherwise an error whose text carries
+ * {@link CLAIM_LOST_MARKER}, `found/n`, and whether a transaction was open at all. Every form of the
+ * check (one message or a batch, parameterised or inline) ends in this one expression.
+ */
+function verdictText(found: string, n: number): string {
+  return `case when ${found} = ${n} and txid_current_if_assigned() is not null then 0
+      else ('${CLAIM_LOST_MARKER} ' || ${found} || '/${n}' || case when txid_current_if_assigned() is null then ' (no transaction)' else '' end)::int end`;
+}
+
 /** A SQL literal quoted by the driver's own escaping (node-postgres' `escapeLiteral`). */
 export type Quote = (value: string) => string;
 
@@ -334,9 +345,7 @@ export class InboxStore {
     const n = messageIds.length;
     if (n === 1) {
       return tx.execute(
-        sql`select case when txid_current_if_assigned() is not null and count(*) = 1 then 0
-            else (${`${CLAIM_LOST_MARKER} `} || count(*) || '/1' || case when txid_current_if_assigned() is null then ' (no transaction)' else '' end)::int end
-          from ${this.inboxName} where consumer = ${this.consumer} and message_id = ${messageIds[0]!}`,
+        sql`select ${sql.raw(verdictText('count(*)', 1))} from ${this.inboxName} where consumer = ${this.consumer} and message_id = ${messageIds[0]!}`,
       );
     }
     const tids = this.byTupleId === true ? claimedTids : [];
@@ -349,9 +358,7 @@ export class InboxStore {
         : sql`(select count(*) from (select consumer, message_id from ${this.inboxName} where ctid = any(${sql.param([...tids])}::text[]::tid[]) offset 0) as here
             where here.consumer = ${this.consumer} and here.message_id = any(${ids})) = ${n}`;
     const check = sql`select case when txid_current_if_assigned() is not null and ${inPlace} then 0
-        else (select case when probed.found = ${n} and txid_current_if_assigned() is not null then 0
-          else (${`${CLAIM_LOST_MARKER} `} || probed.found || ${`/${n}`} || case when txid_current_if_assigned() is null then ' (no transaction)' else '' end)::int end
-        from ${probes} as probed(found)) end`;
+        else (select ${sql.raw(verdictText('probed.found', n))} from ${probes} as probed(found)) end`;
     if (tids.length === 0) return tx.execute(check);
     // Sent together (postgres-js pipelines them); see TID_SCAN_ONLY.
     return Promise.all([tx.execute(sql.raw(TID_SCAN_ONLY)), tx.execute(check)]);
@@ -362,9 +369,7 @@ export class InboxStore {
     const n = messageIds.length;
     const consumer = quote(this.consumer);
     if (n === 1) {
-      return `select case when txid_current_if_assigned() is not null and count(*) = 1 then 0
-          else ('${CLAIM_LOST_MARKER} ' || count(*) || '/1' || case when txid_current_if_assigned() is null then ' (no transaction)' else '' end)::int end
-        from ${this.inboxNameText} where consumer = ${consumer} and message_id = ${quote(messageIds[0]!)}`;
+      return `select ${verdictText('count(*)', 1)} from ${this.inboxNameText} where consumer = ${consumer} and message_id = ${quote(messageIds[0]!)}`;
     }
     const tids = this.byTupleId === true ? claimedTids : [];
     const ids = `ARRAY[${messageIds.map(quote).join(',')}]::text[]`;
@@ -378,9 +383,7 @@ export class InboxStore {
         : `(select count(*) from (select consumer, message_id from ${this.inboxNameText} where ctid = any(${tidList}) offset 0) as here
             where here.consumer = ${consumer} and here.message_id = any(${ids})) = ${n}`;
     const check = `select case when txid_current_if_assigned() is not null and ${inPlace} then 0
-        else (select case when probed.found = ${n} and txid_current_if_assigned() is not null then 0
-          else ('${CLAIM_LOST_MARKER} ' || probed.found || '/${n}' || case when txid_current_if_assigned() is null then ' (no transaction)' else '' end)::int end
-        from ${probes} as probed(found)) end`;
+        else (select ${verdictText('probed.found', n)} from ${probes} as probed(found)) end`;
     return tids.length === 0 ? check : `${TID_SCAN_ONLY}; ${check}`;
   }
 
