@@ -7,6 +7,7 @@
  * suites ran (`renderResults`). Sizes follow `BENCH_SCALE` (`scaled()`) and round counts
  * `BENCH_ROUNDS` (`benchRounds()`), so a development run can be small.
  */
+import pg from 'pg';
 
 /** Latency percentiles and throughput of one measured run. */
 export interface RunStats {
@@ -190,6 +191,15 @@ export function printTable(title: string, header: string[], rows: (string | numb
 /** The database the benchmarks write to: `DATABASE_URL`, default the local test database. */
 export function benchDatabaseUrl(): string {
   return process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
+}
+
+/**
+ * A connection pool for a suite's lines. It keeps idle connections: node-postgres closes them after
+ * 10 s by default, so a line that followed a slower one (a pre-fill, a line without a database) ran on
+ * new backends with cold caches, and a half-second batch line lost a third of its throughput to that.
+ */
+export function benchPool(max: number): pg.Pool {
+  return new pg.Pool({ connectionString: benchDatabaseUrl(), max, idleTimeoutMillis: 0 });
 }
 
 /** Compares `line` with its baseline (looked up among the lines reported so far) and its target. */

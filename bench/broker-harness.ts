@@ -9,6 +9,8 @@
  * the same points). Throughput is messages / (first receipt .. last settle), so connection set-up
  * and consumer-group joins count against no line.
  */
+import { execFileSync } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import type { InboxMessage } from '@inboxed/core';
 import { sql } from 'drizzle-orm';
 import { integer, pgSchema, text } from 'drizzle-orm/pg-core';
@@ -88,6 +90,68 @@ export function insertOrdersInTx(schema: string) {
 /** Empties the domain table (and the inbox tables, when given) between runs, so every run starts alike. */
 export async function resetTables(pool: pg.Pool, tables: readonly string[]): Promise<void> {
   await pool.query(`truncate ${tables.join(', ')}`);
+}
+
+/** All cores' busy and total CPU time so far, in clock ticks (Linux `/proc/stat`); undefined elsewhere. */
+function machineCpu(): { busy: number; total: number } | undefined {
+  try {
+    // The first line: "cpu  user nice system idle iowait irq softirq steal ...". Steal (a neighbour's
+    // time on this VM's cores) and iowait count as not busy: waiting cannot end them.
+    const fields = readFileSync('/proc/stat', 'utf8').split('\n', 1)[0]!.trim().split(/\s+/).slice(1, 9).map(Number);
+    const [user = 0, nice = 0, system = 0, idle = 0, iowait = 0, irq = 0, softirq = 0, steal = 0] = fields;
+    const busy = user + nice + system + irq + softirq;
+    return { busy, total: busy + idle + iowait + steal };
+  } catch {
+    return undefined;
+  }
+}
+
+/** A machine is quiet when under this share of all its cores is busy, for {@link QUIET_SAMPLES} samples in a row. */
+const QUIET_SHARE = 0.15;
+const QUIET_SAMPLE_MS = 250;
+const QUIET_SAMPLES = 2;
+/** The longest a line waits for quiet; a machine busy with someone else's work is measured as it is. */
+const QUIET_LIMIT_MS = 20_000;
+let checkpointRefused = false;
+
+/**
+ * Lets the machine settle right before a line's clock starts, after its set-up (pre-filling the
+ * broker, emptying the tables): a CHECKPOINT, so no checkpoint's writes fall inside a line, then
+ * `sync`, then a wait until the CPU is quiet (under 15% of all cores busy for half a second, at most
+ * 20 s). What a line leaves running (RabbitMQ removing the messages it acked, autovacuum on the tables
+ * it filled, the broker persisting a pre-fill) otherwise runs inside the next line's clock: without
+ * this, the RabbitMQ and Kafka batch lines ran 35-60% faster in the rounds where slow per-message
+ * lines had come before them than in the rounds right after the previous round's batch lines, and
+ * the median depended on how many rounds ran in which order. Returns the milliseconds waited.
+ */
+export async function settle(pool: pg.Pool): Promise<number> {
+  const started = performance.now();
+  if (!checkpointRefused) {
+    await pool.query('checkpoint').catch((error: unknown) => {
+      // CHECKPOINT needs superuser or pg_checkpoint; without it the lines still run, only less alike.
+      checkpointRefused = true;
+      console.warn(`    (no CHECKPOINT between lines: ${String(error)})`);
+    });
+  }
+  try {
+    execFileSync('sync');
+  } catch {
+    // Not every platform has sync(1); the checkpoint already flushed PostgreSQL's files.
+  }
+  let previous = machineCpu();
+  if (previous === undefined) return performance.now() - started;
+  let quietSamples = 0;
+  let share = 1;
+  while (quietSamples < QUIET_SAMPLES && performance.now() - started < QUIET_LIMIT_MS) {
+    await new Promise((resolve) => setTimeout(resolve, QUIET_SAMPLE_MS));
+    const now = machineCpu()!;
+    share = (now.busy - previous.busy) / Math.max(1, now.total - previous.total);
+    previous = now;
+    quietSamples = share < QUIET_SHARE ? quietSamples + 1 : 0;
+  }
+  if (quietSamples < QUIET_SAMPLES)
+    console.warn(`    (the machine stayed busy: ${Math.round(share * 100)}% of all cores after ${QUIET_LIMIT_MS / 1000} s; measuring anyway)`);
+  return performance.now() - started;
 }
 
 /** Throws unless `<table>` holds exactly `expected` rows (`where` narrows it). */

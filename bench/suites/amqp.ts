@@ -33,7 +33,7 @@ import {
   type PollingListenerConfig,
   type TransactionalMessage,
 } from 'pg-transactional-outbox';
-import { benchDatabaseUrl, benchRounds, report, reportSection, scaled } from '../bench-kit.js';
+import { benchDatabaseUrl, benchPool, benchRounds, report, reportSection, scaled } from '../bench-kit.js';
 import {
   createOrdersTable,
   expectRows,
@@ -46,17 +46,20 @@ import {
   resetTables,
   runLines,
   type Sample,
+  settle,
   Tracker,
   within,
 } from '../broker-harness.js';
 
 const AMQP_URL = process.env.AMQP_URL ?? 'amqp://guest:guest@127.0.0.1:5672';
-const MESSAGES = scaled(20_000, 500);
 /**
- * The lines without a database run 2-4x faster than the batch lines: with the same count their
- * rounds lasted under a second and two runs differed by up to 16%, so they get three times as many.
+ * Batch lines: at 20,000 the bare batch's rounds lasted about half a second and moved between 20k and
+ * 48k msg/s from one round to the next, even with no other line running; 60,000 makes them 1.5-3 s
+ * (inboxed's 3-5 s).
  */
-const NO_DB_MESSAGES = 3 * MESSAGES;
+const MESSAGES = scaled(60_000, 500);
+/** The lines without a database run 2-4x faster than the batch lines: rounds of 2-4 s. */
+const NO_DB_MESSAGES = 2 * MESSAGES;
 /** Per-message lines run ~10x slower; rounds of 4-10 s (1.5-4 s moved by up to 14% between runs). */
 const SINGLE_MESSAGES = scaled(8_000, 200);
 /** The peer drains ~150 msg/s here (its polling loop refills as single messages finish): rounds of ~13 s. */
@@ -131,7 +134,7 @@ export default async function amqpSuite(): Promise<void> {
   const schema = `bench_amqp_${suffix}`;
   const peerSchema = `bench_amqp_peer_${suffix}`;
   const queue = `bench.amqp.${suffix}`;
-  const pool = new pg.Pool({ connectionString: benchDatabaseUrl(), max: POOL_SIZE });
+  const pool = benchPool(POOL_SIZE);
   const connection = await amqp.connect(AMQP_URL);
   const prefillChannel = await connection.createConfirmChannel();
   /** The connection handed to the adapter: its channels are instrumented like the hand-written consumers'. */
@@ -190,10 +193,11 @@ export default async function amqpSuite(): Promise<void> {
     await pool.query(DatabaseSetup.setupPollingIndexes(peerSetup).replace(/^DROP INDEX.*$/gm, ''));
     const peerInboxName = `"${peerSchema}".inbox`;
 
-    /** Starts the clock for `count` messages, pre-fills them and empties the tables (neither timed). */
+    /** Starts the clock for `count` messages, pre-fills them, empties the tables and lets the machine settle (none timed). */
     const prepare = async (count: number, truncate: string[]): Promise<Tracker> => {
       await prefill(count);
       if (truncate.length > 0) await resetTables(pool, truncate);
+      await settle(pool);
       tracker = new Tracker(count);
       return tracker;
     };

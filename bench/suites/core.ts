@@ -6,9 +6,10 @@
  * and under withInboxBatch.
  *
  * Method: every measured run starts from the same
- * state. The effects table and the inbox are truncated before each run and a CHECKPOINT is taken
- * (unless BENCH_CORE_CHECKPOINT=0), so no run pays for the rows, index pages or WAL of the runs
- * before it, and no checkpoint's full-page writes land inside one run but not its pair. Bare and
+ * state. The effects table and the inbox are truncated before each run, then the machine settles
+ * (a CHECKPOINT and a wait for quiet, see `settle`; unless BENCH_CORE_CHECKPOINT=0), so no run pays
+ * for the rows, index pages or WAL of the runs before it, and no checkpoint's full-page writes land
+ * inside one run but not its pair. Bare and
  * inboxed runs alternate in paired rounds (bare first, then inbox first, ...); the table shows
  * medians and the range of the per-round ratios.
  *
@@ -22,6 +23,7 @@ import { bigserial, jsonb, pgSchema, text } from 'drizzle-orm/pg-core';
 import pg from 'pg';
 import {
   benchDatabaseUrl,
+  benchPool,
   benchRounds,
   cpuSince,
   measure,
@@ -34,7 +36,7 @@ import {
   stats,
   type RunStats,
 } from '../bench-kit.js';
-import { runLines, type Sample } from '../broker-harness.js';
+import { runLines, type Sample, settle } from '../broker-harness.js';
 // Internal pieces of core, timed in isolation for the Node CPU split (not public API): typed from
 // the source, loaded from the build that `pnpm bench` makes first, as the lines above run it.
 type FingerprintModule = typeof import('../../packages/core/src/fingerprint.js');
@@ -51,16 +53,18 @@ const effects = pgSchema(SCHEMA).table('effects', {
 
 const ROUNDS = benchRounds(7);
 const BATCH_ROUNDS = benchRounds(9);
-const PER_ROUND = { 1: scaled(1_500, 50), 8: scaled(4_000, 100) } as const;
+/** Rounds of 3-6 s: at 1,500 / 4,000 messages they lasted 1-2 s and moved by up to 45% between rounds. */
+const PER_ROUND = { 1: scaled(4_000, 50), 8: scaled(12_000, 100) } as const;
 const BATCH_SIZE = 100;
-const BATCH_MESSAGES = scaled(60_000, 10 * BATCH_SIZE);
+/** At 60,000 the bare batch's rounds lasted about half a second; 150,000 makes them 1.5 s (withInboxBatch's 4-5 s). */
+const BATCH_MESSAGES = scaled(150_000, 10 * BATCH_SIZE);
 const BATCH_WORKERS = Number(process.env.BENCH_CORE_BATCH_WORKERS ?? 2);
 const CHECKPOINT = process.env.BENCH_CORE_CHECKPOINT !== '0';
 
 type Payload = { amount: number; currency: string };
 
 export default async function run(): Promise<void> {
-  const pool = new pg.Pool({ connectionString: benchDatabaseUrl(), max: 10 });
+  const pool = benchPool(10);
   const db = drizzle(pool);
   await pool.query(`create schema "${SCHEMA}"`);
   await pool.query(`create table "${SCHEMA}".effects (id bigserial primary key, message_id text not null, payload jsonb)`);
@@ -74,7 +78,7 @@ export default async function run(): Promise<void> {
   const fresh = async () => {
     await pool.query(`truncate "${SCHEMA}".effects, "${SCHEMA}".inbox, "${SCHEMA}".minimal_inbox`);
     await pool.query(`analyze "${SCHEMA}".effects, "${SCHEMA}".inbox, "${SCHEMA}".minimal_inbox`);
-    if (CHECKPOINT) await pool.query('checkpoint').catch(() => undefined); // needs superuser or pg_checkpoint
+    if (CHECKPOINT) await settle(pool);
   };
 
   const bare = (m: InboxMessage<Payload>) =>

@@ -27,8 +27,8 @@ import { promisify } from 'node:util';
 import { migrate } from '@inboxed/core';
 import { drizzle } from 'drizzle-orm/node-postgres';
 import pg from 'pg';
-import { benchDatabaseUrl, benchRounds, benchScale, percentile, report, reportSection, stats } from '../bench-kit.js';
-import { runLines, type Sample } from '../broker-harness.js';
+import { benchDatabaseUrl, benchPool, benchRounds, benchScale, percentile, report, reportSection, stats } from '../bench-kit.js';
+import { runLines, type Sample, settle } from '../broker-harness.js';
 
 const SCHEMA = `bench_database_${process.pid}`;
 const BATCH = 100;
@@ -84,7 +84,7 @@ const compound = (statements: string[]) =>
   statements.map((statement, i) => (i < statements.length - 1 ? statement.replace(/;\s*$/, ' \\;') : statement)).join('\n');
 
 export default async function run(): Promise<void> {
-  const pool = new pg.Pool({ connectionString: benchDatabaseUrl(), max: 2 });
+  const pool = benchPool(2);
   const dir = mkdtempSync(path.join(tmpdir(), 'inboxed-pgbench-'));
   try {
     await pool.query(`create schema "${SCHEMA}"`);
@@ -94,12 +94,12 @@ export default async function run(): Promise<void> {
 
     /** Per line, per round: each SQL statement's average latency (pgbench -r), in ms. */
     const statementTimes = new Map<string, { statement: string; ms: number }[][]>();
-    /** One pgbench run of `statements`, from empty tables and after a checkpoint, like the core suite. */
+    /** One pgbench run of `statements`, from empty tables on a settled machine (see `settle`), like the core suite. */
     const pgbench =
       (name: string, text: string, { clients = CLIENTS, batch = BATCH } = {}) =>
       async (round: number): Promise<Sample> => {
         await pool.query(`truncate "${SCHEMA}".effects, "${SCHEMA}".minimal_inbox, "${SCHEMA}".inbox`);
-        await pool.query('checkpoint').catch(() => undefined); // needs superuser or pg_checkpoint
+        await settle(pool);
         const file = path.join(dir, `${name}.sql`);
         writeFileSync(file, text);
         const prefix = path.join(dir, `${name}-${round}`);

@@ -24,7 +24,7 @@ import { type KafkaMock, startKafkaMock } from '@inboxed/test-support/kafka-mock
 import { drizzle } from 'drizzle-orm/node-postgres';
 import { type Consumer, type EachBatchPayload, Kafka, type KafkaMessage, logLevel } from 'kafkajs';
 import pg from 'pg';
-import { benchDatabaseUrl, benchRounds, report, reportSection, scaled } from '../bench-kit.js';
+import { benchDatabaseUrl, benchPool, benchRounds, report, reportSection, scaled } from '../bench-kit.js';
 import {
   createOrdersTable,
   expectRows,
@@ -36,18 +36,19 @@ import {
   orderOf,
   resetTables,
   runLines,
+  settle,
   type Sample,
   Tracker,
   within,
 } from '../broker-harness.js';
 
-const MESSAGES = scaled(30_000, 1000);
 /**
- * The lines without a database run ~2x faster than the batch lines: with the same count their
- * rounds lasted under a second and two runs differed by up to 12%, so they read a topic three times
- * as long.
+ * Batch lines: at 30,000 the bare batch's rounds lasted 0.3-0.5 s and moved by up to 40% from one
+ * round to the next; 90,000 makes them 1-1.5 s (inboxed's 3-4 s).
  */
-const NO_DB_MESSAGES = 3 * MESSAGES;
+const MESSAGES = scaled(90_000, 1000);
+/** The lines without a database run ~2x faster than the batch lines: rounds of 3-4 s. */
+const NO_DB_MESSAGES = 2 * MESSAGES;
 /** Per-message lines: rounds of 4-8 s (1-3 s moved by up to 16% between runs). */
 const SINGLE_MESSAGES = scaled(6_000, 200);
 const PARTITIONS = 4;
@@ -151,7 +152,7 @@ export default async function kafkaSuite(): Promise<void> {
   const smallTopic = `bench_orders_single_${id}`;
   const noDbTopic = `bench_orders_no_db_${id}`;
   const schema = `bench_kafka_${id}`;
-  const pool = new pg.Pool({ connectionString: benchDatabaseUrl(), max: POOL_SIZE });
+  const pool = benchPool(POOL_SIZE);
   try {
     await mock?.createTopic(bigTopic, PARTITIONS);
     await mock?.createTopic(smallTopic, PARTITIONS);
@@ -181,6 +182,7 @@ export default async function kafkaSuite(): Promise<void> {
     };
     const start = async (count: number, truncate: string[]): Promise<Tracker> => {
       if (truncate.length > 0) await resetTables(pool, truncate);
+      await settle(pool);
       tracker = new Tracker(count);
       return tracker;
     };
