@@ -195,8 +195,8 @@ export function benchDatabaseUrl(): string {
 
 /**
  * A connection pool for a suite's lines. It keeps idle connections: node-postgres closes them after
- * 10 s by default, so a line that followed a slower one (a pre-fill, a line without a database) ran on
- * new backends with cold caches, and a half-second batch line lost a third of its throughput to that.
+ * 10 s by default, so a line that followed a pre-fill, a settle or a line without a database would
+ * start on new backends with cold caches, and its neighbour in the pair on warm ones.
  */
 export function benchPool(max: number): pg.Pool {
   return new pg.Pool({ connectionString: benchDatabaseUrl(), max, idleTimeoutMillis: 0 });
