@@ -87,9 +87,14 @@ export function insertOrdersInTx(schema: string) {
   };
 }
 
-/** Empties the domain table (and the inbox tables, when given) between runs, so every run starts alike. */
-export async function resetTables(pool: pg.Pool, tables: readonly string[]): Promise<void> {
-  await pool.query(`truncate ${tables.join(', ')}`);
+/**
+ * Readies the next line, right before its clock starts: empties `tables` (the domain table, and the
+ * inbox tables where the line writes them; none for a line without a database), then lets the
+ * machine {@link settle}, so every line starts alike.
+ */
+export async function resetForLine(pool: pg.Pool, tables: readonly string[]): Promise<void> {
+  if (tables.length > 0) await pool.query(`truncate ${tables.join(', ')}`);
+  await settle(pool);
 }
 
 /** All cores' busy and total CPU time so far, in clock ticks (Linux `/proc/stat`); undefined elsewhere. */
@@ -118,13 +123,11 @@ let checkpointRefused = false;
  * Lets the machine settle right before a line's clock starts, after its set-up (pre-filling the
  * broker, emptying the tables): a CHECKPOINT, so no checkpoint's writes fall inside a line, then
  * `sync`, then a wait until the CPU is quiet (under 15% of all cores busy for half a second, at most
- * 20 s). What a line leaves running (RabbitMQ removing the messages it acked, autovacuum on the tables
- * it filled, the broker persisting a pre-fill) otherwise runs inside the next line's clock: without
- * this, the RabbitMQ and Kafka batch lines ran 35-60% faster in the rounds where slow per-message
- * lines had come before them than in the rounds right after the previous round's batch lines, and
- * the median depended on how many rounds ran in which order. Returns the milliseconds waited.
+ * 20 s), so what a line leaves running (RabbitMQ removing the messages it acked, autovacuum on the
+ * tables it filled, the broker persisting a pre-fill) runs inside no line's clock. (On its own it did
+ * not end the batch lines' round-to-round swings; those lines were too short, see the suites' sizes.)
  */
-export async function settle(pool: pg.Pool): Promise<number> {
+export async function settle(pool: pg.Pool): Promise<void> {
   const started = performance.now();
   if (!checkpointRefused) {
     await pool.query('checkpoint').catch((error: unknown) => {
@@ -139,7 +142,7 @@ export async function settle(pool: pg.Pool): Promise<number> {
     // Not every platform has sync(1); the checkpoint already flushed PostgreSQL's files.
   }
   let previous = machineCpu();
-  if (previous === undefined) return performance.now() - started;
+  if (previous === undefined) return;
   let quietSamples = 0;
   let share = 1;
   while (quietSamples < QUIET_SAMPLES && performance.now() - started < QUIET_LIMIT_MS) {
@@ -151,7 +154,6 @@ export async function settle(pool: pg.Pool): Promise<number> {
   }
   if (quietSamples < QUIET_SAMPLES)
     console.warn(`    (the machine stayed busy: ${Math.round(share * 100)}% of all cores after ${QUIET_LIMIT_MS / 1000} s; measuring anyway)`);
-  return performance.now() - started;
 }
 
 /** Throws unless `<table>` holds exactly `expected` rows (`where` narrows it). */

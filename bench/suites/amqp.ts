@@ -43,10 +43,9 @@ import {
   type Order,
   type OrderMessage,
   orderOf,
-  resetTables,
+  resetForLine,
   runLines,
   type Sample,
-  settle,
   Tracker,
   within,
 } from '../broker-harness.js';
@@ -200,8 +199,7 @@ export default async function amqpSuite(): Promise<void> {
     /** Starts the clock for `count` messages, pre-fills them, empties the tables and lets the machine settle (none timed). */
     const prepare = async (count: number, truncate: string[]): Promise<Tracker> => {
       await prefill(count);
-      if (truncate.length > 0) await resetTables(pool, truncate);
-      await settle(pool);
+      await resetForLine(pool, truncate);
       tracker = new Tracker(count);
       return tracker;
     };

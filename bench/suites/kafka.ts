@@ -34,9 +34,8 @@ import {
   type Order,
   type OrderMessage,
   orderOf,
-  resetTables,
+  resetForLine,
   runLines,
-  settle,
   type Sample,
   Tracker,
   within,
@@ -181,8 +180,7 @@ export default async function kafkaSuite(): Promise<void> {
       return { failed, fail };
     };
     const start = async (count: number, truncate: string[]): Promise<Tracker> => {
-      if (truncate.length > 0) await resetTables(pool, truncate);
-      await settle(pool);
+      await resetForLine(pool, truncate);
       tracker = new Tracker(count);
       return tracker;
     };

@@ -38,8 +38,7 @@ import {
   type Order,
   type OrderMessage,
   orderOf,
-  resetTables,
-  settle,
+  resetForLine,
   runLines,
   type Sample,
   Tracker,
@@ -163,8 +162,7 @@ export default async function sqsSuite(): Promise<void> {
     /** Hand-written pollers: `handle` gets each receive's messages and deletes them when done. */
     const handWritten = async (label: string, truncate: string[], handle: (queueUrl: string, messages: Message[]) => Promise<void>): Promise<Sample> => {
       const queueUrl = await filledQueue();
-      if (truncate.length > 0) await resetTables(pool, truncate);
-      await settle(pool);
+      await resetForLine(pool, truncate);
       const clock = new Tracker(MESSAGES);
       tracker = clock;
       const { failed, fail } = failure();
@@ -222,8 +220,7 @@ export default async function sqsSuite(): Promise<void> {
 
     const inboxed = async (handler: AnyInboxProcessor, label: string, verify: boolean): Promise<Sample> => {
       const queueUrl = await filledQueue();
-      if (verify) await resetTables(pool, [ordersName, inboxName]);
-      await settle(pool);
+      await resetForLine(pool, verify ? [ordersName, inboxName] : []);
       const clock = new Tracker(MESSAGES);
       tracker = clock;
       const { failed, fail } = failure();
