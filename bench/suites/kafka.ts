@@ -246,6 +246,10 @@ export default async function kafkaSuite(): Promise<void> {
         for (const message of payload.batch.messages) {
           await insertOrdersBare(pool, schema, [decode(message)]);
           await commit(consumer, payload, message);
+          // One fetch can hold thousands of records, which one at a time can outlast the session timeout:
+          // without a heartbeat the group evicts this member (UNKNOWN_MEMBER_ID on the next commit). The
+          // adapter heartbeats between its chunks for the same reason; kafkajs sends at most one per heartbeatInterval.
+          await payload.heartbeat();
         }
       });
       await expectRows(pool, ordersName, SINGLE_MESSAGES, 'bare per-message');
