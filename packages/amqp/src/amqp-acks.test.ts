@@ -6,25 +6,52 @@ const delivery = (tag: number) => ({ fields: { deliveryTag: tag } }) as ConsumeM
 
 function recordingChannel() {
   const frames: string[] = [];
+  let closed = false;
   const channel = {
-    ack: (d: ConsumeMessage, multiple = false) => frames.push(`ack ${d.fields.deliveryTag}${multiple ? ' multiple' : ''}`),
+    ack: (d: ConsumeMessage, multiple = false) => {
+      if (closed) throw new Error('Channel closed');
+      frames.push(`ack ${d.fields.deliveryTag}${multiple ? ' multiple' : ''}`);
+    },
     nack: (d: ConsumeMessage) => frames.push(`nack ${d.fields.deliveryTag}`),
   } as unknown as Channel;
-  return { channel, frames };
+  return { channel, frames, close: () => (closed = true) };
 }
 
 describe('coalescedAcks', () => {
-  it('acks a settled run with one multiple ack, and holds later ones until older ones settle', () => {
+  it('acks a settled run with one multiple ack, and holds later ones until older ones settle', async () => {
     const { channel, frames } = recordingChannel();
     const acks = coalescedAcks(channel);
     for (const tag of [1, 2, 3, 4, 5]) acks.received(delivery(tag));
-    acks.ack(delivery(3));
-    acks.ack(delivery(2));
+    await Promise.all([acks.ack(delivery(3)), acks.ack(delivery(2))]);
     expect(frames).toEqual([]); // 1 is still running: 2 and 3 wait, unacked
-    acks.ack(delivery(1));
+    await acks.ack(delivery(1));
     expect(frames).toEqual(['ack 3 multiple']);
     acks.requeue(delivery(4)); // sent alone, at once, so no multiple ack covers it
-    acks.ack(delivery(5));
+    expect(frames).toEqual(['ack 3 multiple', 'nack 4']);
+    await acks.ack(delivery(5));
     expect(frames).toEqual(['ack 3 multiple', 'nack 4', 'ack 5 multiple']);
+  });
+
+  it('a batch settled in one turn, each delivery by its own promise job, goes out as one frame, before any ack resolves', async () => {
+    const { channel, frames } = recordingChannel();
+    const acks = coalescedAcks(channel);
+    const tags = Array.from({ length: 200 }, (_, i) => i + 1);
+    for (const tag of tags) acks.received(delivery(tag));
+    // As the delivery handler settles a batch: one reaction per delivery on the batch's outcomes.
+    const outcomes = Promise.resolve();
+    const framesWhenResolved: number[] = [];
+    await Promise.all(tags.map((tag) => outcomes.then(() => acks.ack(delivery(tag))).then(() => framesWhenResolved.push(frames.length))));
+    expect(frames).toEqual(['ack 200 multiple']);
+    expect(framesWhenResolved.every((n) => n === 1)).toBe(true);
+  });
+
+  it('rejects every ack of the frame when the channel refuses it (closed), so none is reported as settled', async () => {
+    const { channel, frames, close } = recordingChannel();
+    const acks = coalescedAcks(channel);
+    for (const tag of [1, 2, 3]) acks.received(delivery(tag));
+    close();
+    const results = await Promise.allSettled([1, 2, 3].map((tag) => acks.ack(delivery(tag))));
+    expect(results.map((r) => r.status)).toEqual(['rejected', 'rejected', 'rejected']);
+    expect(frames).toEqual([]);
   });
 });

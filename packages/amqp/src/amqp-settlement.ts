@@ -46,18 +46,25 @@ export function createSettlement(context: SettlementContext): (entry: Delivery, 
   const { acks, events, topology } = context;
   const destination = deadLetterDestination(topology);
 
-  /** Sends an ack or a requeue; reports (never throws) when the channel is gone: the broker then redelivers. */
-  const send = (entry: Delivery, ack: boolean, messageId: string): boolean => {
+  /** Reports (never throws) an ack or requeue the channel refused: it is gone, and the broker redelivers. */
+  const refused = (what: 'ack' | 'requeue', messageId: string, error: unknown) =>
+    events.emit('error', toAmqpError(AmqpErrorCodes.ACK_FAILED, `${what} failed; the broker will redeliver`, error, { messageIds: [messageId] }));
+  /** Sends an ack; false (reported) when the channel refused it. */
+  const ack = async (entry: Delivery, messageId: string): Promise<boolean> => {
     try {
-      if (ack) acks.ack(entry.delivery);
-      else acks.requeue(entry.delivery);
+      await acks.ack(entry.delivery);
       return true;
     } catch (error) {
-      events.emit(
-        'error',
-        toAmqpError(AmqpErrorCodes.ACK_FAILED, `${ack ? 'ack' : 'requeue'} failed; the broker will redeliver`, error, { messageIds: [messageId] }),
-      );
+      refused('ack', messageId, error);
       return false;
+    }
+  };
+  /** Returns a delivery to the queue at once; a refusal is reported. */
+  const requeue = (entry: Delivery, messageId: string): void => {
+    try {
+      acks.requeue(entry.delivery);
+    } catch (error) {
+      refused('requeue', messageId, error);
     }
   };
 
@@ -66,7 +73,7 @@ export function createSettlement(context: SettlementContext): (entry: Delivery, 
       try {
         await context.beforeSettle(outcome);
       } catch (error) {
-        send(entry, false, outcome.messageId); // never left unacked, holding a prefetch slot
+        requeue(entry, outcome.messageId); // never left unacked, holding a prefetch slot
         throw error;
       }
     }
@@ -76,7 +83,7 @@ export function createSettlement(context: SettlementContext): (entry: Delivery, 
       if (notRecorded !== undefined) {
         events.emit('error', notRecorded);
         await sleep(context.requeueDelayMs);
-        send(entry, false, outcome.messageId);
+        requeue(entry, outcome.messageId);
         return;
       }
     }
@@ -92,10 +99,10 @@ export function createSettlement(context: SettlementContext): (entry: Delivery, 
           }),
         );
         await sleep(context.requeueDelayMs);
-        send(entry, false, outcome.messageId);
+        requeue(entry, outcome.messageId);
         return;
       }
     }
-    if (send(entry, true, outcome.messageId)) events.emitOutcome(outcome, entry.receivedAt, destination);
+    if (await ack(entry, outcome.messageId)) events.emitOutcome(outcome, entry.receivedAt, destination);
   };
 }
