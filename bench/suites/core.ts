@@ -22,7 +22,6 @@ import { drizzle } from 'drizzle-orm/node-postgres';
 import { bigserial, jsonb, pgSchema, text } from 'drizzle-orm/pg-core';
 import pg from 'pg';
 import {
-  benchDatabaseUrl,
   benchPool,
   benchRounds,
   cpuSince,

@@ -26,9 +26,8 @@ import path from 'node:path';
 import { promisify } from 'node:util';
 import { migrate } from '@inboxed/core';
 import { drizzle } from 'drizzle-orm/node-postgres';
-import pg from 'pg';
 import { benchDatabaseUrl, benchPool, benchRounds, benchScale, percentile, report, reportSection, stats } from '../bench-kit.js';
-import { runLines, type Sample, settle } from '../broker-harness.js';
+import { resetForLine, runLines, type Sample } from '../broker-harness.js';
 
 const SCHEMA = `bench_database_${process.pid}`;
 const BATCH = 100;
@@ -94,12 +93,11 @@ export default async function run(): Promise<void> {
 
     /** Per line, per round: each SQL statement's average latency (pgbench -r), in ms. */
     const statementTimes = new Map<string, { statement: string; ms: number }[][]>();
-    /** One pgbench run of `statements`, from empty tables on a settled machine (see `settle`), like the core suite. */
+    /** One pgbench run of `statements`, from empty tables on a settled machine (see `resetForLine`), like the core suite. */
     const pgbench =
       (name: string, text: string, { clients = CLIENTS, batch = BATCH } = {}) =>
       async (round: number): Promise<Sample> => {
-        await pool.query(`truncate "${SCHEMA}".effects, "${SCHEMA}".minimal_inbox, "${SCHEMA}".inbox`);
-        await settle(pool);
+        await resetForLine(pool, [`"${SCHEMA}".effects`, `"${SCHEMA}".minimal_inbox`, `"${SCHEMA}".inbox`]);
         const file = path.join(dir, `${name}.sql`);
         writeFileSync(file, text);
         const prefix = path.join(dir, `${name}-${round}`);

@@ -23,7 +23,6 @@ import { createKafkaConsumer } from '@inboxed/kafka';
 import { type KafkaMock, startKafkaMock } from '@inboxed/test-support/kafka-mock';
 import { drizzle } from 'drizzle-orm/node-postgres';
 import { type Consumer, type EachBatchPayload, Kafka, type KafkaMessage, logLevel } from 'kafkajs';
-import pg from 'pg';
 import { benchDatabaseUrl, benchPool, benchRounds, report, reportSection, scaled } from '../bench-kit.js';
 import {
   createOrdersTable,

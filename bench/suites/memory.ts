@@ -18,8 +18,7 @@ import { startKafkaMock, type KafkaMock } from '@inboxed/test-support/kafka-mock
 import { sql } from 'drizzle-orm';
 import { drizzle } from 'drizzle-orm/node-postgres';
 import { Kafka, logLevel } from 'kafkajs';
-import pg from 'pg';
-import { benchDatabaseUrl, benchPool, report, reportSection } from '../bench-kit.js';
+import { benchPool, report, reportSection } from '../bench-kit.js';
 
 // Three million, not the one million the issue asks for at least: a million takes about 50 s here,
 // six or seven of the heap's GC sawtooth periods, and the least-squares slope over so few teeth

@@ -27,7 +27,6 @@ import {
 import { type AnyInboxProcessor, migrate, withInbox, withInboxBatch } from '@inboxed/core';
 import { createSqsConsumer } from '@inboxed/sqs';
 import { drizzle } from 'drizzle-orm/node-postgres';
-import pg from 'pg';
 import { benchDatabaseUrl, benchPool, benchRounds, report, reportSection, scaled } from '../bench-kit.js';
 import {
   createOrdersTable,
