@@ -39,13 +39,11 @@ export function individualAcks(channel: Channel): AckStrategy {
 export function coalescedAcks(channel: Channel): AckStrategy {
   // Insertion order is delivery-tag order; `true` once the outcome is final and the ack is due.
   const outstanding = new Map<number, boolean>();
-  /** The acks settled since the last flush, waiting for it. */
-  let waiting: { resolve: () => void; reject: (error: unknown) => void }[] = [];
-  let scheduled = false;
+  /** The next frame, shared by every ack settled since the last one; set while a flush is queued. */
+  let next: { promise: Promise<void>; resolve: () => void; reject: (error: unknown) => void } | undefined;
   const flush = () => {
-    scheduled = false;
-    const settled = waiting;
-    waiting = [];
+    const frame = next;
+    next = undefined;
     let last: number | undefined;
     for (const [tag, done] of outstanding) {
       if (!done) break;
@@ -55,10 +53,10 @@ export function coalescedAcks(channel: Channel): AckStrategy {
     try {
       if (last !== undefined) channel.ack({ fields: { deliveryTag: last } } as ConsumeMessage, true);
     } catch (error) {
-      for (const ack of settled) ack.reject(error);
+      frame?.reject(error);
       return;
     }
-    for (const ack of settled) ack.resolve();
+    frame?.resolve();
   };
   return {
     received(delivery) {
@@ -66,12 +64,17 @@ export function coalescedAcks(channel: Channel): AckStrategy {
     },
     ack(delivery) {
       outstanding.set(delivery.fields.deliveryTag, true);
-      const sent = new Promise<void>((resolve, reject) => waiting.push({ resolve, reject }));
-      if (!scheduled) {
-        scheduled = true;
+      if (next === undefined) {
+        let resolve!: () => void;
+        let reject!: (error: unknown) => void;
+        const promise = new Promise<void>((res, rej) => {
+          resolve = res;
+          reject = rej;
+        });
+        next = { promise, resolve, reject };
         queueMicrotask(flush);
       }
-      return sent;
+      return next.promise;
     },
     requeue(delivery) {
       // Nacked on its own, so a later `multiple` ack cannot cover it.
