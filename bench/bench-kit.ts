@@ -107,14 +107,69 @@ export function pairedRatios(a: number[], b: number[]): number[] {
 }
 
 /**
+ * How precisely the median of `values` is known: the half-width of its 95% bootstrap interval,
+ * relative to the median (0.05: the median is known to +-5%). Two runs whose medians are each known
+ * to +-5% agree within about 10%. The resampling is seeded, so the same rounds always give the same
+ * figure. Infinite below 3 values.
+ */
+export function medianPrecision(values: readonly number[]): number {
+  const n = values.length;
+  const median = stats([...values]).median;
+  if (n < 3 || median <= 0) return Number.POSITIVE_INFINITY;
+  const random = seededRandom(n);
+  const resamples = 2000;
+  const medians = Array.from({ length: resamples }, () => stats(Array.from({ length: n }, () => values[Math.floor(random() * n)]!)).median).sort(
+    (x, y) => x - y,
+  );
+  const low = medians[Math.floor(0.025 * resamples)]!;
+  const high = medians[Math.ceil(0.975 * resamples) - 1]!;
+  return (high - low) / 2 / median;
+}
+
+/** mulberry32: a small, fast PRNG, so the bootstrap needs no dependency and repeats exactly. */
+function seededRandom(seed: number): () => number {
+  let state = seed | 0;
+  return () => {
+    state = (state + 0x6d2b79f5) | 0;
+    let t = Math.imul(state ^ (state >>> 15), 1 | state);
+    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+/**
+ * The precision a targeted ratio must reach before a suite stops adding rounds (see
+ * `medianPrecision`): `BENCH_PRECISION` (a fraction; 0 turns the extra rounds off), default 0.05.
+ */
+export function benchPrecision(): number {
+  const precision = Number(process.env.BENCH_PRECISION ?? 0.05);
+  return Number.isFinite(precision) && precision >= 0 ? precision : 0.05;
+}
+
+/**
+ * How many rounds a suite may run in all, extra rounds included: `BENCH_MAX_ROUNDS`, else three
+ * times its planned rounds. A noisy machine then costs a longer run, not a vaguer ratio, up to this cap.
+ */
+export function benchMaxRounds(plannedRounds: number): number {
+  const rounds = Number(process.env.BENCH_MAX_ROUNDS);
+  return Number.isInteger(rounds) && rounds >= plannedRounds ? rounds : 3 * plannedRounds;
+}
+
+/**
  * Runs `rounds` paired rounds of `a` and `b`, alternating which goes first (a b, b a, a b, ...),
  * so drift on a shared machine (a neighbour's job starting, a checkpoint) hurts both sides alike.
- * Returns the results of each side in round order.
+ * With `until`, keeps adding rounds (up to `maxRounds`) until `until(as, bs)` holds, e.g. until a
+ * ratio is known precisely enough. Returns the results of each side in round order.
  */
-export async function pairedRounds<A, B>(rounds: number, a: (round: number) => Promise<A>, b: (round: number) => Promise<B>): Promise<{ a: A[]; b: B[] }> {
+export async function pairedRounds<A, B>(
+  rounds: number,
+  a: (round: number) => Promise<A>,
+  b: (round: number) => Promise<B>,
+  more?: { until: (as: A[], bs: B[]) => boolean; maxRounds: number },
+): Promise<{ a: A[]; b: B[] }> {
   const as: A[] = [];
   const bs: B[] = [];
-  for (let round = 0; round < rounds; round++) {
+  for (let round = 0; round < rounds || (more !== undefined && round < more.maxRounds && !more.until(as, bs)); round++) {
     if (round % 2 === 0) {
       as.push(await a(round));
       bs.push(await b(round));
@@ -268,7 +323,7 @@ export function renderResults(order: readonly string[]): string {
     const own = lines.filter((l) => l.suite === suite);
     if (own.length > 0) {
       out.push(
-        '| mode | messages/round | rounds | median msg/s | min-max msg/s (spread) | p50 / p99 ms | Node CPU µs/msg | ratio vs baseline (paired range) | target | result |',
+        '| mode | messages/round | rounds | median msg/s | min-max msg/s (spread) | p50 / p99 ms | Node CPU µs/msg | ratio ±95% interval vs baseline (paired range) | target | result |',
         '|---|--:|--:|--:|--:|--:|--:|---|---|---|',
       );
       for (const line of own) {
@@ -291,8 +346,11 @@ export function renderResults(order: readonly string[]): string {
 }
 
 function ratioText(v: LineVerdict): string {
-  const paired = v.paired && v.paired.length > 0 ? ` (${stats(v.paired).min.toFixed(2)}-${stats(v.paired).max.toFixed(2)})` : '';
-  return `${(v.ratio ?? 0).toFixed(2)}${paired}`;
+  if (v.paired === undefined || v.paired.length === 0) return (v.ratio ?? 0).toFixed(2);
+  const { min, max } = stats(v.paired);
+  const precision = medianPrecision(v.paired);
+  const known = Number.isFinite(precision) ? ` ±${(precision * 100).toFixed(0)}%` : '';
+  return `${(v.ratio ?? 0).toFixed(2)}${known} (${min.toFixed(2)}-${max.toFixed(2)})`;
 }
 
 function grouped(n: number): string {

@@ -15,7 +15,7 @@ import type { InboxMessage } from '@inboxed/core';
 import { sql } from 'drizzle-orm';
 import { integer, pgSchema, text } from 'drizzle-orm/pg-core';
 import type pg from 'pg';
-import { cpuSince, percentile, stats, type BenchLine } from './bench-kit.js';
+import { benchMaxRounds, benchPrecision, cpuSince, medianPrecision, pairedRatios, percentile, stats, type BenchLine } from './bench-kit.js';
 
 /** The payload every message carries. */
 export interface Order {
@@ -262,7 +262,9 @@ export interface LineSpec {
  * Runs every line once per round, the order reversed on every other round (so each bare/inboxed
  * pair, listed next to each other, alternates which goes first, and no line always runs right
  * after the same neighbour), then reports each line with its per-round throughput and the median
- * round's latency percentiles. Lines are reported in the given order: put a baseline before the
+ * round's latency percentiles. A line with a ratio target then gets extra rounds, run with its
+ * baseline alone, until that ratio is known to `BENCH_PRECISION` or the suite reaches
+ * `BENCH_MAX_ROUNDS` (see `medianPrecision`). Lines are reported in the given order: put a baseline before the
  * lines compared with it. `BENCH_LINES` (comma-separated words) keeps only the lines whose mode
  * contains one of them, for development runs.
  */
@@ -271,15 +273,37 @@ export async function runLines(suite: string, rounds: number, allSpecs: readonly
   const only = process.env.BENCH_LINES?.split(',').filter(Boolean);
   const specs = only ? allSpecs.filter((s) => only.some((word) => s.mode.includes(word))) : allSpecs;
   const samples = new Map<string, Sample[]>(specs.map((s) => [s.mode, []]));
-  for (let round = 0; round < rounds; round++) {
-    const order = round % 2 === 0 ? specs : [...specs].reverse();
+  const runRound = async (round: number, lines: readonly LineSpec[], planned: string) => {
+    const order = round % 2 === 0 ? lines : [...lines].reverse();
     for (const spec of order) {
       const sample = await spec.run(round);
       samples.get(spec.mode)!.push(sample);
       console.log(
-        `    [${suite}] round ${round + 1}/${rounds} ${spec.mode}: ${Math.round(sample.perSecond).toLocaleString('en-US')} msg/s, p50/p99 ${sample.p50Ms.toFixed(1)}/${sample.p99Ms.toFixed(1)} ms`,
+        `    [${suite}] round ${round + 1}/${planned} ${spec.mode}: ${Math.round(sample.perSecond).toLocaleString('en-US')} msg/s, p50/p99 ${sample.p50Ms.toFixed(1)}/${sample.p99Ms.toFixed(1)} ms`,
       );
     }
+  };
+  for (let round = 0; round < rounds; round++) await runRound(round, specs, String(rounds));
+  // Extra rounds for a ratio with a target that is not yet known to BENCH_PRECISION: only that
+  // line and its baseline run (each once a round, in lockstep, so their rounds stay paired).
+  const precision = benchPrecision();
+  const maxRounds = benchMaxRounds(rounds);
+  const rateOf = (mode: string) => samples.get(mode)!.map((s) => s.perSecond);
+  const imprecise = () =>
+    specs.filter(
+      (s) =>
+        s.target?.ratio !== undefined &&
+        s.baseline !== undefined &&
+        samples.has(s.baseline) &&
+        medianPrecision(pairedRatios(rateOf(s.mode), rateOf(s.baseline))) > precision,
+    );
+  for (let round = rounds, open = imprecise(); precision > 0 && open.length > 0 && round < maxRounds; round++, open = imprecise()) {
+    const baselines = new Set(open.map((s) => s.baseline));
+    await runRound(
+      round,
+      specs.filter((s) => open.includes(s) || baselines.has(s.mode)),
+      `${maxRounds} (extra round: a target ratio not yet known to ±${Math.round(precision * 100)}%)`,
+    );
   }
   for (const spec of specs) {
     const runs = samples.get(spec.mode)!;

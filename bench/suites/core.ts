@@ -22,11 +22,15 @@ import { drizzle } from 'drizzle-orm/node-postgres';
 import { bigserial, jsonb, pgSchema, text } from 'drizzle-orm/pg-core';
 import pg from 'pg';
 import {
+  benchMaxRounds,
   benchPool,
+  benchPrecision,
   benchRounds,
   cpuSince,
   measure,
+  medianPrecision,
   medianRun,
+  pairedRatios,
   pairedRounds,
   report,
   reportedLines,
@@ -139,7 +143,14 @@ export default async function run(): Promise<void> {
           if (outcome.status !== 'processed') throw new Error(`unexpected ${outcome.status}`, { cause: outcome.error });
         });
       };
-      const { a: bares, b: inboxes } = await pairedRounds(ROUNDS, runBare, runInbox);
+      // c8 has a target: rounds are added until its ratio is known to BENCH_PRECISION (see runLines).
+      const precision = benchPrecision();
+      const rates = (runs: RunStats[]) => runs.map((r) => r.perSecond);
+      const untilKnown = {
+        until: (bareRuns: RunStats[], inboxRuns: RunStats[]) => medianPrecision(pairedRatios(rates(inboxRuns), rates(bareRuns))) <= precision,
+        maxRounds: benchMaxRounds(ROUNDS),
+      };
+      const { a: bares, b: inboxes } = await pairedRounds(ROUNDS, runBare, runInbox, concurrency === 8 && precision > 0 ? untilKnown : undefined);
       const bareMode = `bare transaction c${concurrency}`;
       line(bareMode, PER_ROUND[concurrency], bares);
       line(`withInbox c${concurrency}`, PER_ROUND[concurrency], inboxes, {
