@@ -147,6 +147,15 @@ export function benchPrecision(): number {
 }
 
 /**
+ * Whether the ratio of `lineRates` to `baseRates` (paired by round) is known well enough to stop
+ * adding rounds: its median to `BENCH_PRECISION`, or always when that is 0 (extra rounds off).
+ */
+export function ratioKnown(lineRates: number[], baseRates: number[]): boolean {
+  const precision = benchPrecision();
+  return precision === 0 || medianPrecision(pairedRatios(lineRates, baseRates)) <= precision;
+}
+
+/**
  * How many rounds a suite may run in all, extra rounds included: `BENCH_MAX_ROUNDS`, else three
  * times its planned rounds. A noisy machine then costs a longer run, not a vaguer ratio, up to this cap.
  */

@@ -15,7 +15,7 @@ import type { InboxMessage } from '@inboxed/core';
 import { sql } from 'drizzle-orm';
 import { integer, pgSchema, text } from 'drizzle-orm/pg-core';
 import type pg from 'pg';
-import { benchMaxRounds, benchPrecision, cpuSince, medianPrecision, pairedRatios, percentile, stats, type BenchLine } from './bench-kit.js';
+import { benchMaxRounds, benchPrecision, cpuSince, percentile, ratioKnown, stats, type BenchLine } from './bench-kit.js';
 
 /** The payload every message carries. */
 export interface Order {
@@ -286,23 +286,18 @@ export async function runLines(suite: string, rounds: number, allSpecs: readonly
   for (let round = 0; round < rounds; round++) await runRound(round, specs, String(rounds));
   // Extra rounds for a ratio with a target that is not yet known to BENCH_PRECISION: only that
   // line and its baseline run (each once a round, in lockstep, so their rounds stay paired).
-  const precision = benchPrecision();
   const maxRounds = benchMaxRounds(rounds);
   const rateOf = (mode: string) => samples.get(mode)!.map((s) => s.perSecond);
   const imprecise = () =>
     specs.filter(
-      (s) =>
-        s.target?.ratio !== undefined &&
-        s.baseline !== undefined &&
-        samples.has(s.baseline) &&
-        medianPrecision(pairedRatios(rateOf(s.mode), rateOf(s.baseline))) > precision,
+      (s) => s.target?.ratio !== undefined && s.baseline !== undefined && samples.has(s.baseline) && !ratioKnown(rateOf(s.mode), rateOf(s.baseline)),
     );
-  for (let round = rounds, open = imprecise(); precision > 0 && open.length > 0 && round < maxRounds; round++, open = imprecise()) {
+  for (let round = rounds, open = imprecise(); open.length > 0 && round < maxRounds; round++, open = imprecise()) {
     const baselines = new Set(open.map((s) => s.baseline));
     await runRound(
       round,
       specs.filter((s) => open.includes(s) || baselines.has(s.mode)),
-      `${maxRounds} (extra round: a target ratio not yet known to ±${Math.round(precision * 100)}%)`,
+      `${maxRounds} (extra round: a target ratio not yet known to ±${Math.round(benchPrecision() * 100)}%)`,
     );
   }
   for (const spec of specs) {

@@ -24,14 +24,12 @@ import pg from 'pg';
 import {
   benchMaxRounds,
   benchPool,
-  benchPrecision,
   benchRounds,
   cpuSince,
   measure,
-  medianPrecision,
   medianRun,
-  pairedRatios,
   pairedRounds,
+  ratioKnown,
   report,
   reportedLines,
   reportSection,
@@ -144,13 +142,12 @@ export default async function run(): Promise<void> {
         });
       };
       // c8 has a target: rounds are added until its ratio is known to BENCH_PRECISION (see runLines).
-      const precision = benchPrecision();
       const rates = (runs: RunStats[]) => runs.map((r) => r.perSecond);
       const untilKnown = {
-        until: (bareRuns: RunStats[], inboxRuns: RunStats[]) => medianPrecision(pairedRatios(rates(inboxRuns), rates(bareRuns))) <= precision,
+        until: (bareRuns: RunStats[], inboxRuns: RunStats[]) => ratioKnown(rates(inboxRuns), rates(bareRuns)),
         maxRounds: benchMaxRounds(ROUNDS),
       };
-      const { a: bares, b: inboxes } = await pairedRounds(ROUNDS, runBare, runInbox, concurrency === 8 && precision > 0 ? untilKnown : undefined);
+      const { a: bares, b: inboxes } = await pairedRounds(ROUNDS, runBare, runInbox, concurrency === 8 ? untilKnown : undefined);
       const bareMode = `bare transaction c${concurrency}`;
       line(bareMode, PER_ROUND[concurrency], bares);
       line(`withInbox c${concurrency}`, PER_ROUND[concurrency], inboxes, {
