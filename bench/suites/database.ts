@@ -7,9 +7,10 @@
  *   database-decided inbox writes;
  * - inboxed's claim: the inbox row as inboxed writes it (the real table from `migrate()`, with its
  *   columns and indexes, `ON CONFLICT DO NOTHING RETURNING`);
- * - the floor of any completion check: the claim, then a trivial statement (`select 1`) sent with
- *   COMMIT where the check goes. A statement is what makes a swallowed failure visible (COMMIT alone
- *   answers `ROLLBACK` without an error), so no check costs less than this line;
+ * - a trivial statement in the check's place: the claim, then `select 1` sent with COMMIT where the
+ *   check goes. The check is a statement because a statement is what makes a swallowed failure
+ *   visible on every driver (COMMIT alone answers `ROLLBACK` without an error), so no check sent as a
+ *   statement costs less than this line;
  * - inboxed's statements: the completion check it runs now, reading the claimed rows by tuple id.
  * The last batch line's ratio to bare is the most inboxed's batch mode can reach on this server,
  * whatever the Node side does; compare it with the core suite's withInboxBatch ratio. Four more
@@ -166,7 +167,7 @@ export default async function run(): Promise<void> {
           run: pgbench('claim', transaction(['begin;', CLAIM], [DOMAIN], ['commit;'])),
         },
         {
-          mode: 'the floor of any completion check: the claim, and `select 1` with COMMIT',
+          mode: "a trivial statement in the check's place: the claim, and `select 1` with COMMIT",
           messages: BATCH,
           baseline: bare,
           note,
@@ -188,7 +189,7 @@ export default async function run(): Promise<void> {
           run: pgbench('claim-single', transaction(['begin;', SINGLE_CLAIM], [SINGLE_DOMAIN], ['commit;']), single),
         },
         {
-          mode: 'the floor of any per-message check: claim, insert, `select 1` with COMMIT',
+          mode: "a trivial statement in the per-message check's place: claim, insert, `select 1` with COMMIT",
           messages: 1,
           baseline: bareSingle,
           note: singleNote,
