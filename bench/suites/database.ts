@@ -54,7 +54,7 @@ const CLAIM_KEEPING = `with claimed as (${CLAIM.replace('returning message_id;',
   select array_agg(message_id)::text as ids, array_agg(ctid)::text as tids from claimed \\gset`;
 const PROBES = `(select count(*) from unnest(':ids'::text[]) m(id)
   cross join lateral (select 1 from "${SCHEMA}".inbox i where i.consumer = 'bench' and i.message_id = m.id limit 1) found)`;
-/** In the check's place, the least a check can be: one statement that fails in an aborted transaction. */
+/** In the check's place, a statement that does nothing but fail in an aborted transaction: what any check sent as a statement costs at least. */
 const TRIVIAL = 'select 1;';
 // inboxed's completion check (InboxStore.verifyText): the claimed rows read by tuple id, after the
 // local setting that keeps PostgreSQL from reading the whole (young) table instead; the probes only if
