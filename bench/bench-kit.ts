@@ -7,7 +7,25 @@
  * suites ran (`renderResults`). Sizes follow `BENCH_SCALE` (`scaled()`) and round counts
  * `BENCH_ROUNDS` (`benchRounds()`), so a development run can be small.
  */
+import { readFileSync } from 'node:fs';
 import pg from 'pg';
+
+/**
+ * All cores' CPU time so far, in clock ticks (Linux `/proc/stat`); undefined elsewhere. Steal (time
+ * the hypervisor gave a neighbour while this VM wanted the core) and iowait are not busy: waiting
+ * cannot end them.
+ */
+export function machineCpu(): { busy: number; steal: number; total: number } | undefined {
+  try {
+    // The first line: "cpu  user nice system idle iowait irq softirq steal ...".
+    const fields = readFileSync('/proc/stat', 'utf8').split('\n', 1)[0]!.trim().split(/\s+/).slice(1, 9).map(Number);
+    const [user = 0, nice = 0, system = 0, idle = 0, iowait = 0, irq = 0, softirq = 0, steal = 0] = fields;
+    const busy = user + nice + system + irq + softirq;
+    return { busy, steal, total: busy + idle + iowait + steal };
+  } catch {
+    return undefined;
+  }
+}
 
 /** Latency percentiles and throughput of one measured run. */
 export interface RunStats {

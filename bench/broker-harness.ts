@@ -10,12 +10,11 @@
  * and consumer-group joins count against no line.
  */
 import { execFileSync } from 'node:child_process';
-import { readFileSync } from 'node:fs';
 import type { InboxMessage } from '@inboxed/core';
 import { sql } from 'drizzle-orm';
 import { integer, pgSchema, text } from 'drizzle-orm/pg-core';
 import type pg from 'pg';
-import { benchMaxRounds, benchPrecision, cpuSince, percentile, ratioKnown, stats, type BenchLine } from './bench-kit.js';
+import { benchMaxRounds, benchPrecision, cpuSince, machineCpu, percentile, ratioKnown, stats, type BenchLine } from './bench-kit.js';
 
 /** The payload every message carries. */
 export interface Order {
@@ -95,20 +94,6 @@ export function insertOrdersInTx(schema: string) {
 export async function resetForLine(pool: pg.Pool, tables: readonly string[]): Promise<void> {
   if (tables.length > 0) await pool.query(`truncate ${tables.join(', ')}`);
   await settle(pool);
-}
-
-/** All cores' busy and total CPU time so far, in clock ticks (Linux `/proc/stat`); undefined elsewhere. */
-function machineCpu(): { busy: number; total: number } | undefined {
-  try {
-    // The first line: "cpu  user nice system idle iowait irq softirq steal ...". Steal (a neighbour's
-    // time on this VM's cores) and iowait count as not busy: waiting cannot end them.
-    const fields = readFileSync('/proc/stat', 'utf8').split('\n', 1)[0]!.trim().split(/\s+/).slice(1, 9).map(Number);
-    const [user = 0, nice = 0, system = 0, idle = 0, iowait = 0, irq = 0, softirq = 0, steal = 0] = fields;
-    const busy = user + nice + system + irq + softirq;
-    return { busy, total: busy + idle + iowait + steal };
-  } catch {
-    return undefined;
-  }
 }
 
 /** A machine is quiet when under this share of all its cores is busy, for {@link QUIET_SAMPLES} samples in a row. */

@@ -19,12 +19,13 @@ import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import amqp from 'amqplib';
 import pg from 'pg';
-import { benchDatabaseUrl, renderResults } from './bench-kit.js';
+import { benchDatabaseUrl, machineCpu, renderResults } from './bench-kit.js';
 
 const ORDER = ['database', 'core', 'amqp', 'kafka', 'sqs'];
 const wanted = process.argv.slice(2);
 const suites = wanted.length > 0 ? wanted : ORDER;
 const started = new Date();
+const cpuAtStart = machineCpu();
 const failures: string[] = [];
 
 for (const name of suites) {
@@ -53,12 +54,14 @@ const fileName = full ? 'latest' : memoryRun ? 'memory' : 'partial';
 const target = new URL(`./results/${fileName}.md`, import.meta.url);
 mkdirSync(new URL('./results/', import.meta.url), { recursive: true });
 const minutes = (Date.now() - started.getTime()) / 60_000;
+const steal = stolenShare();
 const header = [
   `# inboxed benchmark results${full ? '' : memoryRun ? ' (memory run)' : ' (partial run)'}`,
   '',
   `\`pnpm bench${wanted.length > 0 ? ` ${wanted.join(' ')}` : ''}\`, started ${started.toISOString()}, took ${minutes.toFixed(1)} min.`,
   '',
   ...(await machine()).map((line) => `- ${line}`),
+  ...(steal === undefined ? [] : [`- CPU steal during the run: ${steal}`]),
   ...(sizeOverrides.length > 0 ? [`- size overrides: ${sizeOverrides.map(([k, v]) => `${k}=${v}`).join(', ')}`] : []),
   ...(failures.length > 0 ? ['', ...failures.map((f) => `**Failed**: ${f}`)] : []),
   '',
@@ -87,6 +90,18 @@ if (fileName !== 'partial') {
 }
 console.log(`\nresults written to bench/results/${fileName}.md`);
 process.exit(failures.length > 0 ? 1 : 0);
+
+/**
+ * How quiet the VM was: the share of all cores' time the hypervisor gave to someone else while this
+ * VM wanted it (steal in `/proc/stat`), over the whole run. A quiet machine shows about 0; where it is
+ * several percent, absolute rates drop and rounds spread, while the paired ratios hold better.
+ */
+function stolenShare(): string | undefined {
+  const now = machineCpu();
+  if (cpuAtStart === undefined || now === undefined || now.total <= cpuAtStart.total) return undefined;
+  const share = (now.steal - cpuAtStart.steal) / (now.total - cpuAtStart.total);
+  return `${(share * 100).toFixed(1)}% of all cores' time went to the hypervisor's other guests (about 0 on a quiet machine)`;
+}
 
 /** The machine the numbers come from: CPU, memory, Node, and each service's version. */
 async function machine(): Promise<string[]> {
