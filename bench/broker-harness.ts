@@ -240,6 +240,12 @@ export interface LineSpec {
   run: (round: number) => Promise<Sample>;
   baseline?: string;
   target?: BenchLine['target'];
+  /**
+   * The line's ratio is the evidence for a limit (the floor or ceiling a target is measured
+   * against), so it gets the extra rounds a targeted ratio gets: a limit known only to ±20% cannot
+   * say whether a target is out of reach.
+   */
+  limit?: boolean;
   note?: string;
 }
 
@@ -247,8 +253,8 @@ export interface LineSpec {
  * Runs every line once per round, the order reversed on every other round (so each bare/inboxed
  * pair, listed next to each other, alternates which goes first, and no line always runs right
  * after the same neighbour), then reports each line with its per-round throughput and the median
- * round's latency percentiles. A line with a ratio target then gets extra rounds, run with its
- * baseline alone, until that ratio is known to `BENCH_PRECISION` or the suite reaches
+ * round's latency percentiles. A line with a ratio target (or marked as a `limit`) then gets extra
+ * rounds, run with its baseline alone, until that ratio is known to `BENCH_PRECISION` or the suite reaches
  * `BENCH_MAX_ROUNDS` (see `medianPrecision`). Lines are reported in the given order: put a baseline before the
  * lines compared with it. `BENCH_LINES` (comma-separated words) keeps only the lines whose mode
  * contains one of them, for development runs.
@@ -269,20 +275,24 @@ export async function runLines(suite: string, rounds: number, allSpecs: readonly
     }
   };
   for (let round = 0; round < rounds; round++) await runRound(round, specs, String(rounds));
-  // Extra rounds for a ratio with a target that is not yet known to BENCH_PRECISION: only that
+  // Extra rounds for a targeted or limit ratio that is not yet known to BENCH_PRECISION: only that
   // line and its baseline run (each once a round, in lockstep, so their rounds stay paired).
   const maxRounds = benchMaxRounds(rounds);
   const rateOf = (mode: string) => samples.get(mode)!.map((s) => s.perSecond);
   const imprecise = () =>
     specs.filter(
-      (s) => s.target?.ratio !== undefined && s.baseline !== undefined && samples.has(s.baseline) && !ratioKnown(rateOf(s.mode), rateOf(s.baseline)),
+      (s) =>
+        (s.target?.ratio !== undefined || s.limit === true) &&
+        s.baseline !== undefined &&
+        samples.has(s.baseline) &&
+        !ratioKnown(rateOf(s.mode), rateOf(s.baseline)),
     );
   for (let round = rounds, open = imprecise(); open.length > 0 && round < maxRounds; round++, open = imprecise()) {
     const baselines = new Set(open.map((s) => s.baseline));
     await runRound(
       round,
       specs.filter((s) => open.includes(s) || baselines.has(s.mode)),
-      `${maxRounds} (extra round: a target ratio not yet known to ±${Math.round(benchPrecision() * 100)}%)`,
+      `${maxRounds} (extra round: a target or limit ratio not yet known to ±${Math.round(benchPrecision() * 100)}%)`,
     );
   }
   for (const spec of specs) {
