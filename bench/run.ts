@@ -71,7 +71,7 @@ const header = [
   'median of the per-round paired ratios line/baseline (each round runs both lines back to back, alternating',
   'which goes first, so drift between rounds cancels), ± the half-width of its 95% bootstrap interval (two runs',
   'whose ratios are each known to ±5% agree within about 10%), and the range of the paired ratios. A line with a',
-  'ratio target, or whose ratio is a limit a target is judged by (the database suite\'s floors and ceilings), gets',
+  "ratio target, or whose ratio is a limit a target is judged by (the database suite's floors and ceilings), gets",
   'extra rounds, run with its baseline alone, until its ratio is known to ±5% or its suite ran three times its',
   'planned rounds (`BENCH_PRECISION`, `BENCH_MAX_ROUNDS`); its *rounds* column counts them.',
   '*result* is PASS when every target holds.',
