@@ -11,6 +11,19 @@ const MAX_REASON = 500;
  */
 export function rejectionReason(rejection: Rejection): string {
   const raw: unknown = rejection.reason;
-  const reason = typeof raw === 'string' ? raw : String(raw);
+  const reason = typeof raw === 'string' ? raw : textOf(raw);
   return storableText(reason.trim() === '' ? 'rejected' : reason, MAX_REASON);
+}
+
+/**
+ * `String(value)`, which throws for some values (`Object.create(null)`, a `toString` that throws):
+ * the rejection is still the handler's decision, so it is recorded with a placeholder reason rather
+ * than turned into a failure.
+ */
+function textOf(value: unknown): string {
+  try {
+    return String(value);
+  } catch {
+    return 'rejected (the reason has no text form)';
+  }
 }

@@ -5,21 +5,20 @@ import { InboxStatementError, InboxStore } from './inbox-store.js';
 import { withLeasedInbox, type LeasedInboxHandler } from './leased/with-leased-inbox.js';
 import { assertHandler, resolveOptions, type InboxOptions, type LeasedInboxOptions, type ResolvedOptions } from './options.js';
 import { isOutcome, outcomeOfExisting, prepareMessage } from './prepare.js';
-import { rejectionReason } from './rejection.js';
+import { completionOf } from './handler-result.js';
 import { runInboxTransaction } from './transaction.js';
 import { runWithDeadline } from './handler-deadline.js';
-import { isStoredResult, parseStoredResult, type StoredResult } from './stored-result.js';
-import {
-  isRejection,
-  type AnyPgDatabase,
-  type DeadLetterRecorder,
-  type HandlerContext,
-  type InboxMessage,
-  type InboxOutcome,
-  type InboxProcessor,
-  type ProcessOptions,
-  type Rejection,
-  type TransactionOf,
+import { parseStoredResult, type StoredResult } from './stored-result.js';
+import type {
+  AnyPgDatabase,
+  DeadLetterRecorder,
+  HandlerContext,
+  InboxMessage,
+  InboxOutcome,
+  InboxProcessor,
+  ProcessOptions,
+  Rejection,
+  TransactionOf,
 } from './types.js';
 
 /**
@@ -123,14 +122,14 @@ function withTransactionalInbox<TDb extends AnyPgDatabase, TPayload>(
           abandon,
           consumer,
         );
-        if (isRejection(returned)) {
-          const reason = rejectionReason(returned);
-          await store.markRejected(tx, message.id, reason);
-          return { status: 'rejected', messageId: message.id, consumer, reason, attempt };
+        const completion = completionOf(returned);
+        if (completion.status === 'rejected') {
+          await store.markRejected(tx, message.id, completion.reason);
+          return { status: 'rejected', messageId: message.id, consumer, reason: completion.reason, attempt };
         }
-        if (isStoredResult(returned)) {
-          await store.markResult(tx, message.id, returned.json);
-          return { status: 'processed', messageId: message.id, consumer, attempt, result: parseStoredResult(returned.json) };
+        if (completion.result !== null) {
+          await store.markResult(tx, message.id, completion.result);
+          return { status: 'processed', messageId: message.id, consumer, attempt, result: parseStoredResult(completion.result) };
         }
         return { status: 'processed', messageId: message.id, consumer, attempt };
       },

@@ -20,6 +20,7 @@ export function leaseLostError(messageId: string, token: number, why: string): I
 export class Lease {
   private readonly controller = new AbortController();
   private timer: NodeJS.Timeout | undefined;
+  private ended = false;
 
   constructor(
     private readonly leases: LeaseStore,
@@ -47,10 +48,13 @@ export class Lease {
    * and leaves the lease running out on its own.
    */
   async renew(): Promise<void> {
+    // A heartbeat left running after the attempt ended must not keep the claim alive for ever.
+    if (this.ended) throw leaseLostError(this.messageId, this.token, 'the attempt is over: renewLease() was called after the handler returned');
     if (this.lost) throw this.controller.signal.reason;
     const sentAt = performance.now();
     const renewed = await this.leases.renew(this.db, this.messageId, this.token, this.leaseMs);
     if (this.lost) throw this.controller.signal.reason;
+    if (this.ended) return; // renewed while the attempt ended: the completion or release has the row now
     if (!renewed) {
       this.lose('another worker took the claim over, or it was completed or released');
       throw this.controller.signal.reason;
@@ -58,8 +62,9 @@ export class Lease {
     this.schedule(sentAt);
   }
 
-  /** Stops watching: the attempt is over. */
+  /** Stops watching: the attempt is over, and `renew()` refuses from now on. */
   dispose(): void {
+    this.ended = true;
     clearTimeout(this.timer);
   }
 

@@ -277,6 +277,50 @@ describe.each(DRIVERS)('leased mode on %s', (driver) => {
     expect(await open).toMatchObject({ status: 'processed' });
   });
 
+  it('a returned value that throws when read is a counted handler failure that gives the claim back, never an uncounted loop', async () => {
+    // A look-alike whose `kind` getter throws, and a stored result whose JSON is not text.
+    const hostile = [
+      Object.defineProperty({}, 'kind', {
+        get() {
+          throw new Error('hostile getter');
+        },
+      }),
+      { kind: 'inboxed.result', json: 42 },
+    ];
+    for (const [n, returned] of hostile.entries()) {
+      const id = `hostile-return-${n}`;
+      const process = withInbox(async () => returned as never, leased({ maxAttempts: 2 }));
+      expect(await process({ id, payload: {} })).toMatchObject({ status: 'retry', reason: 'handler-failed', fencingToken: 1 });
+      expect(await attempts(id)).toMatchObject({ attempts: 1 });
+      expect(await row(id)).toMatchObject({ status: 'processing', fencing_token: 1, leased: false }); // released, not left leased
+      expect(await process({ id, payload: {} })).toMatchObject({ status: 'dead-letter', fencingToken: 2 });
+      expect(await attempts(id)).toMatchObject({ attempts: 2 });
+    }
+    // A reason with no text form (String() throws) is still the handler's rejection, recorded as one.
+    const rejecting = withInbox(async () => reject(Object.create(null)), leased());
+    expect(await rejecting({ id: 'textless-reason', payload: {} })).toMatchObject({ status: 'rejected', reason: 'rejected (the reason has no text form)' });
+    expect(await row('textless-reason')).toMatchObject({ status: 'rejected', reason: 'rejected (the reason has no text form)' });
+  });
+
+  it('renewLease() refuses once the attempt is over, so a heartbeat left running cannot keep a claim alive', async () => {
+    let renew: (() => Promise<void>) | undefined;
+    const completes = withInbox(async (_message: InboxMessage, context) => {
+      renew = () => context.renewLease();
+    }, leased());
+    expect(await completes({ id: 'late-renew', payload: {} })).toMatchObject({ status: 'processed' });
+    await expect(renew!()).rejects.toMatchObject({ code: InboxErrorCodes.LEASE_LOST });
+
+    const fails = withInbox(async (_message: InboxMessage, context) => {
+      renew = () => context.renewLease();
+      throw new Error('fails, leaving its heartbeat behind');
+    }, leased());
+    expect(await fails({ id: 'late-renew-failed', payload: {} })).toMatchObject({ status: 'retry' });
+    await expect(renew!()).rejects.toMatchObject({ code: InboxErrorCodes.LEASE_LOST });
+    expect(await row('late-renew-failed')).toMatchObject({ status: 'processing', leased: false });
+    // Released, not renewed: the next delivery claims it at once.
+    expect(await fails({ id: 'late-renew-failed', payload: {} })).toMatchObject({ status: 'retry', fencingToken: 2 });
+  });
+
   it('a completion whose local writes swallow a failed statement commits nothing: a counted TRANSACTION_ABORTED, the claim released', async () => {
     const process = withInbox(async (message: InboxMessage, context) => {
       context.complete(async (tx: any) => {

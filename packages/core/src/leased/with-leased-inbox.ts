@@ -6,12 +6,11 @@ import { runWithDeadline } from '../handler-deadline.js';
 import { InboxStatementError, InboxStore } from '../inbox-store.js';
 import { resolveLeaseMs, resolveOptions, type LeasedInboxOptions, type ResolvedOptions } from '../options.js';
 import { boundedBusyDelay, isOutcome, outcomeOfExisting, prepareMessage } from '../prepare.js';
-import { rejectionReason } from '../rejection.js';
-import { isStoredResult, parseStoredResult, type StoredResult } from '../stored-result.js';
+import { completionOf, type Completion } from '../handler-result.js';
+import { parseStoredResult, type StoredResult } from '../stored-result.js';
 import { bodyFailure, claimFailure, type TransactionFailure } from '../transaction-failures.js';
 import { runInboxTransaction } from '../transaction.js';
 import {
-  isRejection,
   OutcomeReasons,
   type AnyPgDatabase,
   type DeadLetterRecorder,
@@ -40,8 +39,9 @@ export interface LeasedHandlerContext<TDb extends AnyPgDatabase = AnyPgDatabase>
   fencingToken: number;
   /**
    * True when an earlier attempt's lease ran out without completing (a crash, a hang): it may or may
-   * not have reached the provider. Ask the provider what happened (look the idempotency key up)
-   * before acting again.
+   * not have reached the provider. A failed attempt that released its claim does not set it, and it
+   * may have reached the provider too: whenever `fencingToken > 1`, ask the provider what happened
+   * (look the idempotency key up) before acting again.
    */
   takeover: boolean;
   /**
@@ -137,9 +137,9 @@ export function withLeasedInbox<TDb extends AnyPgDatabase, TPayload>(
     try {
       const completions: ((tx: TransactionOf<TDb>) => unknown)[] = [];
       let open = true;
-      let returned: unknown;
+      let completion: Completion;
       try {
-        returned = await runWithDeadline(
+        const returned = await runWithDeadline(
           resolved.handlerTimeoutMs,
           processOptions?.signal === undefined ? lease.signal : AbortSignal.any([lease.signal, processOptions.signal]),
           async (signal) =>
@@ -160,15 +160,15 @@ export function withLeasedInbox<TDb extends AnyPgDatabase, TPayload>(
           undefined,
           consumer,
         );
+        // Reading the returned value is part of the handler's attempt: a value that throws when
+        // inspected fails it (counted, claim released) like a throw inside the handler.
+        completion = completionOf(returned);
       } catch (error) {
         return { ...(await failed(message, lease, bodyFailure(error))), ...leased };
       } finally {
         open = false;
       }
 
-      const completion = isRejection(returned)
-        ? { status: 'rejected' as const, reason: rejectionReason(returned), result: null }
-        : { status: 'processed' as const, reason: null, result: isStoredResult(returned) ? returned.json : null };
       const result = await runInboxTransaction(resolved, store, {
         rows: [],
         lockTimeoutMs: null,
@@ -200,8 +200,22 @@ export function withLeasedInbox<TDb extends AnyPgDatabase, TPayload>(
         return { ...(await failed(message, lease, bodyFailure(lease.signal.reason))), ...leased };
       }
       return { ...(await failed(message, lease, result.failure)), ...leased };
+    } catch (error) {
+      // inboxed itself failed after the claim committed: give the claim back (fenced) so the
+      // redelivery takes it at once instead of answering `busy` until the lease runs out.
+      await releaseQuietly(message.id, token);
+      return { ...internalFailure(general, message, error), ...leased };
     } finally {
       lease.dispose();
+    }
+  }
+
+  /** Gives a claim back, fenced by its token; when the database is away the lease runs out instead. */
+  async function releaseQuietly(messageId: string, token: number): Promise<void> {
+    try {
+      await leases.release(db, messageId, token);
+    } catch {
+      // The outcome already says what failed; an unreachable database lets the lease run out.
     }
   }
 
@@ -226,11 +240,7 @@ export function withLeasedInbox<TDb extends AnyPgDatabase, TPayload>(
    */
   async function failed(message: InboxMessage, lease: Lease, failure: TransactionFailure): Promise<InboxOutcome> {
     const outcome = await outcomeOfFailure(general, store, message, failure);
-    try {
-      await leases.release(db, message.id, lease.token);
-    } catch {
-      // The database is away (the outcome says so, if that is why this attempt failed): the lease runs out instead.
-    }
+    await releaseQuietly(message.id, lease.token);
     return outcome;
   }
 

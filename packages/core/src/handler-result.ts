@@ -1,0 +1,22 @@
+import { InboxError, InboxErrorCodes } from './errors.js';
+import { rejectionReason } from './rejection.js';
+import { isStoredResult } from './stored-result.js';
+import { isRejection } from './types.js';
+
+/** @internal What a handler's return value asks the completion to record. */
+export type Completion = { status: 'rejected'; reason: string; result: null } | { status: 'processed'; reason: null; result: string | null };
+
+/**
+ * @internal The completion a handler's return value asks for: `reject(reason)`, `storeResult(value)`
+ * or anything else (processed, nothing stored). Call it where a throw counts as the handler's
+ * failure: a returned value whose getters throw, or a look-alike of a stored result whose JSON is not
+ * text, fails the attempt instead of inboxed.
+ */
+export function completionOf(returned: unknown): Completion {
+  if (isRejection(returned)) return { status: 'rejected', reason: rejectionReason(returned), result: null };
+  if (!isStoredResult(returned)) return { status: 'processed', reason: null, result: null };
+  if (typeof returned.json !== 'string') {
+    throw new InboxError(InboxErrorCodes.INVALID_RESULT, 'the handler returned a stored result that storeResult() did not make (its JSON is not text)');
+  }
+  return { status: 'processed', reason: null, result: returned.json };
+}
