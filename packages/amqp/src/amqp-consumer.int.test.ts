@@ -165,6 +165,23 @@ describe('createAmqpConsumer: RabbitMQ specifics', () => {
     expect((payloads.get('x-3') as Buffer).toString()).toBe('plain text');
   });
 
+  it('ids that cannot be read exactly (malformed UTF-8 bytes, a 64-bit integer past 2^53) are dead-lettered, never merged into one id', async () => {
+    const consumer = k.consume(k.processor());
+    await consumer.start();
+    // Each pair is two different producer ids that a lossy decoding would read as one.
+    await k.h.publishRaw({ n: 1 }, { headers: { 'message-id': Buffer.from([0xff, 0x41]) } });
+    await k.h.publishRaw({ n: 1 }, { headers: { 'message-id': Buffer.from([0xfe, 0x41]) } });
+    await k.h.publishRaw({ n: 1 }, { headers: { 'message-id': { '!': 'int64', value: 1541815603606036480n } } });
+    await k.h.publishRaw({ n: 1 }, { headers: { 'message-id': { '!': 'int64', value: 1541815603606036481n } } });
+    await k.h.publishRaw({ n: 1 }, { headers: { 'message-id': Buffer.from('évé-ok') } });
+    await k.recorder.waitForCount(5, () => true);
+    await waitFor('settled', async () => (await k.h.pending()) === 0);
+    await consumer.stop();
+    expect(k.recorder.counts()).toEqual({ 'dead-letter': 4, processed: 1 });
+    expect(await k.h.depth(k.h.deadLetterQueue)).toBe(4);
+    expect([...(await k.effectsPerMessage()).entries()]).toEqual([['évé-ok', 1]]);
+  });
+
   it("runs on the caller's connection and leaves it open after stop()", async () => {
     const connection = await amqp.connect(k.h.url);
     try {

@@ -27,6 +27,28 @@ describe('AMQP message mapping', () => {
     expect(extractMessageId(delivery({}), defaults)).toBeUndefined();
   });
 
+  it('reads an id exactly or refuses it: two different ids never become one', () => {
+    const refused = (headers: Record<string, unknown>) =>
+      expect(mapDelivery(delivery({ headers }), context, now)).toMatchObject({
+        outcome: { status: 'dead-letter', reason: 'invalid-message-id', error: { code: 'INVALID_MESSAGE_ID' } },
+      });
+    // Malformed UTF-8 would decode to U+FFFD: ff 41 and fe 41 would both be "\uFFFDA".
+    refused({ 'message-id': Buffer.from([0xff, 0x41]) });
+    refused({ 'message-id': Buffer.from([0xfe, 0x41]) });
+    // amqplib decodes a 64-bit integer to a double: past 2^53 the last digits are already gone.
+    refused({ 'message-id': Number(1541815603606036480n) });
+    refused({ 'message-id': 1.5 });
+    refused({ 'message-id': true });
+    refused({ 'message-id': ['a'] });
+    refused({ 'message-id': { nested: 'table' } });
+    expect(extractMessageId(delivery({ headers: { 'message-id': Number.MAX_SAFE_INTEGER } }), defaults)).toBe('9007199254740991');
+    expect(extractMessageId(delivery({ headers: { 'message-id': Buffer.from('évé-1') } }), defaults)).toBe('évé-1');
+    // amqplib decodes a table-valued __proto__ header by assigning obj.__proto__: the table becomes the
+    // headers' prototype, and must not answer for the message-id header the message lacks.
+    const polluted = Object.setPrototypeOf({}, { 'message-id': 'from-prototype' });
+    expect(extractMessageId(delivery({ headers: polluted, messageId: 'real' }), defaults)).toBe('real');
+  });
+
   it('refuses fallback: RabbitMQ has no per-message id of its own', () => {
     expect(() => resolveMessageId({ fallback: true })).toThrow(/fallback is not supported/);
     expect(() => resolveMessageId({ header: '' })).toThrow(/header/);

@@ -1,9 +1,10 @@
-import { describeError, InboxError, InboxErrorCodes, OutcomeReasons, type InboxMessage, type InboxOutcome } from '@inboxed/core';
+import { describeError, InboxError, InboxErrorCodes, isInboxError, OutcomeReasons, type InboxMessage, type InboxOutcome } from '@inboxed/core';
 import {
   adapterDeadLetter,
   checkMessageId,
   DeadLetterHeaders,
   decodePayload,
+  messageIdText,
   UNPARSEABLE_BODY_REASON,
   type MessageIdOptions,
   type PayloadMode,
@@ -42,21 +43,28 @@ export function resolveMessageId(options: AmqpMessageIdOptions | undefined): Res
   return { header, ...(options?.extract === undefined ? {} : { extract: options.extract }) };
 }
 
-/** Header values may arrive as strings, numbers or byte buffers (AMQP field tables); an id is their text. */
-function asId(value: unknown): string | undefined {
-  if (typeof value === 'string') return value;
-  if (typeof value === 'number' || typeof value === 'bigint') return String(value);
-  if (Buffer.isBuffer(value)) return value.toString('utf8');
-  return undefined;
-}
-
 /**
  * @internal The producer's message id, in the contract's order: `extract(delivery)`, then the
- * header, then `properties.messageId`. Never the delivery tag: that changes per delivery.
+ * header, then `properties.messageId`. Never the delivery tag: that changes per delivery. Header
+ * values arrive as strings, numbers or byte buffers (AMQP field tables); one that cannot be read
+ * exactly (malformed UTF-8, an integer past 2^53, a table) throws `INVALID_MESSAGE_ID`, as does an
+ * extractor that throws. The header is read only as an own property: a table-valued `__proto__`
+ * header must not answer for a header the message does not have.
  */
 export function extractMessageId(delivery: Message, options: ResolvedMessageId): string | undefined {
-  const extracted = options.extract === undefined ? undefined : asId(options.extract(delivery as ConsumeMessage));
-  return extracted ?? asId(delivery.properties.headers?.[options.header]) ?? asId(delivery.properties.messageId);
+  if (options.extract !== undefined) {
+    let extracted: unknown;
+    try {
+      extracted = options.extract(delivery as ConsumeMessage);
+    } catch (error) {
+      throw new InboxError(InboxErrorCodes.INVALID_MESSAGE_ID, `options.messageId.extract threw: ${describeError(error)}`, { cause: error });
+    }
+    const id = messageIdText(extracted, 'options.messageId.extract()');
+    if (id !== undefined) return id;
+  }
+  const headers = delivery.properties.headers;
+  const header = headers !== undefined && Object.hasOwn(headers, options.header) ? headers[options.header] : undefined;
+  return messageIdText(header, `header ${JSON.stringify(options.header)}`) ?? messageIdText(delivery.properties.messageId, 'properties.messageId');
 }
 
 /** @internal The attempt this delivery is: the failed attempt a retried copy carries plus one, else 1. */
@@ -78,9 +86,10 @@ export interface MappingContext {
 
 /**
  * @internal Maps a delivery to the core's envelope, or to the final outcome when it cannot be
- * processed at all: no message id (`missing-message-id`), an extractor that threw
- * (`invalid-message-id`) or a JSON body that does not parse (`unparseable-body`) are dead-lettered
- * by the adapter (retrying cannot help). Other invalid ids are left to the processor to refuse.
+ * processed at all: no message id (`missing-message-id`), an extractor that threw or an id that
+ * cannot be read exactly (`invalid-message-id`), or a JSON body that does not parse
+ * (`unparseable-body`) are dead-lettered by the adapter (retrying cannot help). Other invalid ids
+ * are left to the processor to refuse.
  */
 export function mapDelivery(delivery: ConsumeMessage, context: MappingContext, receivedAt: Date): MappedDelivery {
   const attempt = attemptOf(delivery);
@@ -88,7 +97,7 @@ export function mapDelivery(delivery: ConsumeMessage, context: MappingContext, r
   try {
     id = extractMessageId(delivery, context.messageId);
   } catch (error) {
-    const problem = new InboxError(InboxErrorCodes.INVALID_MESSAGE_ID, `options.messageId.extract threw: ${describeError(error)}`, { cause: error });
+    const problem = isInboxError(error) ? error : new InboxError(InboxErrorCodes.INVALID_MESSAGE_ID, describeError(error), { cause: error });
     return {
       id: undefined,
       outcome: adapterDeadLetter({ messageId: '', consumer: context.consumer, reason: OutcomeReasons.INVALID_MESSAGE_ID, error: problem, attempt }),

@@ -41,3 +41,36 @@ export function displayMessageId(id: unknown): string {
   }
   return text.length > 64 ? `${storableText(text, 64)}…` : storableText(text);
 }
+
+/** Decodes bytes as UTF-8 and throws on a malformed sequence instead of replacing it with U+FFFD. */
+const strictUtf8 = new TextDecoder('utf-8', { fatal: true, ignoreBOM: true });
+
+/**
+ * The text of a message id as a broker hands it (a header, an attribute, a property), or
+ * `undefined` when there is none. Exact or refused, never approximated: two different ids must never
+ * become one, or the second message is acked as a duplicate of the first and its effect is lost. So
+ * bytes must be well-formed UTF-8 (decoding would turn every malformed sequence into the same
+ * U+FFFD), a number must be a safe integer (a 64-bit id above 2^53 has already lost its last digits
+ * when the client decoded it), and anything else (a boolean, a list, a table) is not an id.
+ * A refused value throws an `INVALID_MESSAGE_ID` {@link InboxError}: the adapter dead-letters the
+ * delivery with reason `invalid-message-id`.
+ */
+export function messageIdText(value: unknown, where: string): string | undefined {
+  if (value === undefined || value === null) return undefined;
+  if (typeof value === 'string') return value;
+  if (typeof value === 'bigint') return value.toString();
+  const refuse = (why: string) =>
+    new InboxError(InboxErrorCodes.INVALID_MESSAGE_ID, `the message id in ${where} ${why}`, { details: { reason: OutcomeReasons.INVALID_MESSAGE_ID } });
+  if (typeof value === 'number') {
+    if (Number.isSafeInteger(value)) return String(value);
+    throw refuse(`is the number ${value}, not a safe integer: a larger integer loses digits when it is decoded, so two ids would become one`);
+  }
+  if (value instanceof Uint8Array) {
+    try {
+      return strictUtf8.decode(value);
+    } catch {
+      throw refuse(`is ${value.byteLength} bytes that are not well-formed UTF-8`);
+    }
+  }
+  throw refuse(`is ${Array.isArray(value) ? 'a list' : typeof value}, not text`);
+}

@@ -46,6 +46,26 @@ describe('toInboxMessage', () => {
     expect(!mapped.ok && mapped.outcome.error?.code).toBe('INVALID_MESSAGE_ID');
   });
 
+  it('dead-letters an id that cannot be read exactly, or an extractor that throws, as invalid-message-id: two ids never become one', () => {
+    for (const bytes of [
+      [0xff, 0x41],
+      [0xfe, 0x41],
+    ]) {
+      const mapped = toInboxMessage(delivery({ headers: { 'message-id': Buffer.from(bytes) } }), defaults, 'billing');
+      expect(mapped).toMatchObject({ ok: false, outcome: { status: 'dead-letter', reason: 'invalid-message-id', error: { code: 'INVALID_MESSAGE_ID' } } });
+    }
+    const throwing: MessageMapping = {
+      ...defaults,
+      messageId: {
+        extract: () => {
+          throw new Error('boom');
+        },
+      },
+    };
+    const mapped = toInboxMessage(delivery({ headers: { 'message-id': 'pay-1' } }), throwing, 'billing');
+    expect(mapped).toMatchObject({ ok: false, outcome: { status: 'dead-letter', reason: 'invalid-message-id', error: { code: 'INVALID_MESSAGE_ID' } } });
+  });
+
   it('dead-letters unparseable JSON as unparseable-body (UNPARSEABLE_BODY) with its id', () => {
     const mapped = toInboxMessage(delivery({ value: Buffer.from('{nope'), headers: { 'message-id': 'pay-9' } }), defaults, 'billing');
     expect(mapped).toMatchObject({ ok: false, outcome: { status: 'dead-letter', reason: 'unparseable-body', messageId: 'pay-9' } });

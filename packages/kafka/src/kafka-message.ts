@@ -1,5 +1,13 @@
-import { OutcomeReasons, type InboxMessage, type InboxOutcome } from '@inboxed/core';
-import { adapterDeadLetter, checkMessageId, decodePayload, UNPARSEABLE_BODY_REASON, type MessageIdOptions, type PayloadMode } from '@inboxed/core/adapter';
+import { describeError, InboxError, InboxErrorCodes, isInboxError, OutcomeReasons, type InboxMessage, type InboxOutcome } from '@inboxed/core';
+import {
+  adapterDeadLetter,
+  checkMessageId,
+  decodePayload,
+  messageIdText,
+  UNPARSEABLE_BODY_REASON,
+  type MessageIdOptions,
+  type PayloadMode,
+} from '@inboxed/core/adapter';
 import type { KafkaHeaders, KafkaRecord } from './kafka-types.js';
 
 /** One delivered record with where it came from: what `messageId.extract` is given. */
@@ -78,19 +86,32 @@ function decodeHeaders(headers: KafkaHeaders | undefined): Record<string, string
  * The record's message id, tried in this order: `extract(delivery)`, the header (`message-id`
  * unless `header` names another), then, only with `fallback: true`, the record's identity
  * `topic/partition/offset`. Kafka records have no id field of their own. `undefined` when none.
+ * Throws `INVALID_MESSAGE_ID` for an extractor that throws or an id that cannot be read exactly
+ * (header bytes that are not well-formed UTF-8: decoding would make two different ids one).
  */
 export function messageIdOf(delivery: KafkaDelivery, options: MessageIdOptions<KafkaDelivery, 'header'>): string | undefined {
-  const extracted = options.extract?.(delivery);
-  if (extracted !== undefined) return extracted;
-  const header = headerString(delivery.message.headers?.[options.header ?? DEFAULT_MESSAGE_ID_HEADER]);
-  if (header !== undefined) return header;
+  if (options.extract !== undefined) {
+    let extracted: unknown;
+    try {
+      extracted = options.extract(delivery);
+    } catch (error) {
+      throw new InboxError(InboxErrorCodes.INVALID_MESSAGE_ID, `options.messageId.extract threw: ${describeError(error)}`, { cause: error });
+    }
+    const id = messageIdText(extracted, 'options.messageId.extract()');
+    if (id !== undefined) return id;
+  }
+  const name = options.header ?? DEFAULT_MESSAGE_ID_HEADER;
+  const headers = delivery.message.headers;
+  const header = headers != null && Object.hasOwn(headers, name) ? firstHeaderValue(headers[name]) : undefined;
+  const id = messageIdText(header, `header ${JSON.stringify(name)}`);
+  if (id !== undefined) return id;
   return options.fallback === true ? recordIdentity(delivery) : undefined;
 }
 
 /**
- * Maps a record to the broker-neutral {@link InboxMessage}. A record without a message id, or
- * whose value does not decode, gets its `dead-letter` outcome here (`missing-message-id`,
- * `unparseable-body`): the processor never sees it. Any id found is passed on as is: core
+ * Maps a record to the broker-neutral {@link InboxMessage}. A record without a message id, with
+ * one that cannot be read exactly, or whose value does not decode, gets its `dead-letter` outcome
+ * here (`missing-message-id`, `invalid-message-id`, `unparseable-body`): the processor never sees it. Any id found is passed on as is: core
  * validates it (an empty or oversized id is dead-lettered as `invalid-message-id`). A null value
  * (a tombstone) decodes to `null` in JSON mode rather than failing to parse.
  */
@@ -102,7 +123,13 @@ export function toInboxMessage(
   source: string = sourceOf(delivery.topic, delivery.partition),
 ): MappedDelivery {
   const { message: record } = delivery;
-  const id = messageIdOf(delivery, mapping.messageId);
+  let id: string | undefined;
+  try {
+    id = messageIdOf(delivery, mapping.messageId);
+  } catch (error) {
+    const problem = isInboxError(error) ? error : new InboxError(InboxErrorCodes.INVALID_MESSAGE_ID, describeError(error), { cause: error });
+    return { ok: false, outcome: adapterDeadLetter({ messageId: '', consumer, reason: OutcomeReasons.INVALID_MESSAGE_ID, error: problem }) };
+  }
   if (id === undefined) {
     const { error } = checkMessageId(undefined)!;
     return { ok: false, outcome: adapterDeadLetter({ messageId: '', consumer, reason: OutcomeReasons.MISSING_MESSAGE_ID, error }) };

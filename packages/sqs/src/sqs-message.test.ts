@@ -24,6 +24,19 @@ describe('message id extraction', () => {
     expect(idOf(message({ MessageAttributes: { id: { DataType: 'Binary', BinaryValue: Buffer.from('bin-id') } } }), { attribute: 'id' })).toBe('bin-id');
   });
 
+  it('a Binary id attribute that is not well-formed UTF-8 is refused as invalid-message-id: two ids never become one', () => {
+    for (const bytes of [
+      [0xff, 0x41],
+      [0xfe, 0x41],
+    ]) {
+      const binary = message({ MessageAttributes: { 'message-id': { DataType: 'Binary', BinaryValue: Buffer.from(bytes) } } });
+      expect(messageIdOf(binary, messageMapping(undefined, undefined, 'q'))).toMatchObject({
+        id: undefined,
+        problem: { reason: 'invalid-message-id', error: { code: 'INVALID_MESSAGE_ID' } },
+      });
+    }
+  });
+
   it('an extractor that throws gives no id (not the next in the chain) and says why', () => {
     const withAttribute = message({ MessageAttributes: { 'message-id': { DataType: 'String', StringValue: 'attr-id' } } });
     const result = messageIdOf(

@@ -1,6 +1,14 @@
 import type { Message } from '@aws-sdk/client-sqs';
 import { describeError, InboxError, InboxErrorCodes, OutcomeReasons, type InboxMessage, type InboxOutcome } from '@inboxed/core';
-import { adapterDeadLetter, checkMessageId, decodePayload, UNPARSEABLE_BODY_REASON, type MessageIdOptions, type PayloadMode } from '@inboxed/core/adapter';
+import {
+  adapterDeadLetter,
+  checkMessageId,
+  decodePayload,
+  messageIdText,
+  UNPARSEABLE_BODY_REASON,
+  type MessageIdOptions,
+  type PayloadMode,
+} from '@inboxed/core/adapter';
 
 /** The message attribute holding the producer's message id unless `messageId.attribute` says otherwise. */
 export const DEFAULT_MESSAGE_ID_ATTRIBUTE = 'message-id';
@@ -50,6 +58,16 @@ function attributeString(message: Message, name: string): string | undefined {
   return undefined;
 }
 
+/**
+ * The id attribute's text: a String as it is, a Binary only when it is well-formed UTF-8 (decoding
+ * malformed bytes would make two different ids one); throws `INVALID_MESSAGE_ID` otherwise.
+ */
+function idAttribute(message: Message, name: string): string | undefined {
+  const attribute = message.MessageAttributes?.[name];
+  if (attribute === undefined) return undefined;
+  return attribute.StringValue ?? messageIdText(attribute.BinaryValue, `message attribute ${JSON.stringify(name)}`);
+}
+
 /** Why a delivery has no usable id, when the adapter can tell before the processor runs. */
 export interface IdProblem {
   reason: string;
@@ -81,7 +99,12 @@ export function messageIdOf(message: Message, mapping: MessageMapping): { id: st
       return { id: undefined, problem: { reason: OutcomeReasons.INVALID_MESSAGE_ID, error: new InboxError(InboxErrorCodes.INVALID_MESSAGE_ID, text) } };
     }
   }
-  const id = attributeString(message, mapping.attribute) ?? message.Attributes?.MessageDeduplicationId;
+  let id: string | undefined;
+  try {
+    id = idAttribute(message, mapping.attribute) ?? message.Attributes?.MessageDeduplicationId;
+  } catch (error) {
+    return { id: undefined, problem: { reason: OutcomeReasons.INVALID_MESSAGE_ID, error: error as InboxError } };
+  }
   if (id !== undefined) return { id };
   return { id: mapping.fallback ? message.MessageId : undefined };
 }
