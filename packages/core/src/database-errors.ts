@@ -77,6 +77,25 @@ export function classifyDatabaseError(error: unknown): DatabaseFailure | undefin
 }
 
 /**
+ * True when `error` is `unavailable` because the connection or the server failed, and not because
+ * the session refused the statement: a statement timeout or cancel (57014) and a read-only
+ * transaction (25006) are `unavailable` for a claim, but raised after the handler ran in the same
+ * transaction, they come from what the handler set (`SET LOCAL statement_timeout`,
+ * `SET TRANSACTION READ ONLY`): the claim had just written on that very connection.
+ */
+export function isConnectionFailure(error: unknown): boolean {
+  if (classifyDatabaseError(error) !== 'unavailable') return false;
+  for (const link of causeChain(error)) if (link.code === '57014' || link.code === '25006') return false;
+  return true;
+}
+
+/** True when PostgreSQL refused a write because the transaction is read-only (SQLSTATE 25006). */
+export function isReadOnlyRefusal(error: unknown): boolean {
+  for (const link of causeChain(error)) if (link.code === '25006') return true;
+  return false;
+}
+
+/**
  * True when PostgreSQL ended the session because it sat idle inside the transaction longer than
  * `idle_in_transaction_session_timeout` (SQLSTATE 25P03): the handler held the inbox transaction
  * open while waiting on something else. That is the handler's doing, not an outage.

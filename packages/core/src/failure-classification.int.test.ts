@@ -5,7 +5,8 @@ import { beforeEach, describe, expect, it } from 'vitest';
 import { useMigratedDatabase } from './__tests__/migrated-database.js';
 import { deadLetterHeaders } from './adapter/outcomes.js';
 import { InboxError, InboxErrorCodes } from './errors.js';
-import type { InboxMessage, InboxOutcome } from './types.js';
+import { storeResult } from './stored-result.js';
+import { reject, type InboxMessage, type InboxOutcome } from './types.js';
 import { withInbox } from './with-inbox.js';
 import { withInboxBatch } from './with-inbox-batch.js';
 
@@ -89,6 +90,112 @@ describe.each(DRIVERS)('what counts as whose failure, on %s', (driver) => {
     expect(first).toMatchObject({ status: 'retry', reason: 'handler-failed', attempt: 1 });
     expect(await process(poison)).toMatchObject({ status: 'dead-letter', reason: 'max-attempts-exceeded' });
     expect((await attempts())[0]).toMatchObject({ attempts: 2 });
+  });
+
+  it("a handler that makes its transaction read-only breaks inboxed's own result and rejection writes: counted, then dead-lettered, never an uncounted loop", async () => {
+    const readOnly = (tx: any) => tx.execute(sql`set transaction read only`);
+    const storing = withInbox(async (_message: InboxMessage, tx: any) => {
+      await readOnly(tx);
+      return storeResult({ ok: true });
+    }, options());
+    const rejecting = withInbox(async (_message: InboxMessage, tx: any) => {
+      await readOnly(tx);
+      return reject('not-allowed');
+    }, options());
+    const batch = withInboxBatch(async (_messages: InboxMessage[], tx: any) => {
+      await readOnly(tx);
+      return { 'ro-batch': reject('not-allowed') };
+    }, options());
+    for (const [id, process] of [
+      ['ro-result', storing],
+      ['ro-reject', rejecting],
+      ['ro-batch', async (message: InboxMessage) => (await batch([message]))[0]!],
+    ] as const) {
+      expect(await process({ id, payload: {} })).toMatchObject({ status: 'retry', reason: 'handler-failed', error: { code: 'HANDLER_FAILED' } });
+      expect(await process({ id, payload: {} })).toMatchObject({ status: 'dead-letter', reason: 'max-attempts-exceeded' });
+    }
+    expect((await attempts()).map((row) => [row.message_id, row.attempts])).toEqual([
+      ['ro-batch', 2],
+      ['ro-reject', 2],
+      ['ro-result', 2],
+    ]);
+    expect(await t.query(`select message_id from "${t.schema}".inbox`)).toEqual([]);
+  });
+
+  it('a hand-made look-alike of a stored result (raw NUL, not JSON, over 64 KiB) is a counted INVALID_RESULT, never stored', async () => {
+    const forged = {
+      nul: { kind: 'inboxed.result', json: 'a\u0000b' },
+      'not-json': { kind: 'inboxed.result', json: 'not json' },
+      huge: { kind: 'inboxed.result', json: JSON.stringify('x'.repeat(300_000)) },
+    };
+    for (const [id, returned] of Object.entries(forged)) {
+      const process = withInbox(async () => returned as never, options());
+      expect(await process({ id, payload: {} })).toMatchObject({ status: 'retry', error: { code: 'INVALID_RESULT' } });
+      expect(await process({ id, payload: {} })).toMatchObject({ status: 'dead-letter', reason: 'max-attempts-exceeded' });
+    }
+    expect(await t.query(`select message_id from "${t.schema}".inbox`)).toEqual([]);
+  });
+
+  it('a handler that leaves its session read-only does not stop the messages after it on that connection', async () => {
+    const poisoning = withInbox(async (message: InboxMessage, tx: any) => {
+      await tx.insert(t.effects).values({ messageId: message.id });
+      await tx.execute(sql`set session characteristics as transaction read only`);
+    }, options());
+    const innocent = withInbox(async (message: InboxMessage, tx: any) => {
+      await tx.insert(t.effects).values({ messageId: message.id });
+    }, options());
+    try {
+      expect(await poisoning({ id: 'poisoner', payload: {} })).toMatchObject({ status: 'processed' });
+      for (const id of ['after-1', 'after-2', 'after-3']) expect(await innocent({ id, payload: {} })).toMatchObject({ status: 'processed' });
+      expect(await t.countEffects()).toBe(4);
+    } finally {
+      // Every connection of the pool back to read-write, for the tests after this one.
+      await Promise.all([1, 2, 3, 4].map(() => t.db.execute(sql`set session characteristics as transaction read write`)));
+    }
+  });
+
+  it('a handler that throws a value whose inspection throws (a Proxy with throwing traps, a revoked Proxy, a throwing getter) is counted, not an internal error', async () => {
+    const throwingTraps = new Proxy(
+      {},
+      {
+        get() {
+          throw new Error('trap get');
+        },
+        getPrototypeOf() {
+          throw new Error('trap getPrototypeOf');
+        },
+      },
+    );
+    const revoked = Proxy.revocable({}, {});
+    revoked.revoke();
+    const throwingCode = Object.defineProperty(new Error('x'), 'code', {
+      get() {
+        throw new Error('code getter');
+      },
+    });
+    for (const [id, thrown] of [
+      ['traps', throwingTraps],
+      ['revoked', revoked.proxy],
+      ['getter', throwingCode],
+    ] as const) {
+      const single = withInbox(async () => {
+        throw thrown;
+      }, options());
+      expect(await single({ id, payload: {} })).toMatchObject({ status: 'retry', reason: 'handler-failed' });
+      expect(await single({ id, payload: {} })).toMatchObject({ status: 'dead-letter', reason: 'max-attempts-exceeded' });
+      const batch = withInboxBatch(async () => {
+        throw thrown;
+      }, options());
+      expect(await batch([{ id: `batch-${id}`, payload: {} }])).toMatchObject([{ status: 'retry', reason: 'handler-failed' }]);
+    }
+    expect((await attempts()).map((row) => [row.message_id, row.attempts])).toEqual([
+      ['batch-getter', 1],
+      ['batch-revoked', 1],
+      ['batch-traps', 1],
+      ['getter', 2],
+      ['revoked', 2],
+      ['traps', 2],
+    ]);
   });
 
   it('stored and exported errors carry the SQLSTATE and constraint but no message content; the full error stays in memory', async () => {

@@ -29,7 +29,7 @@ export async function runWithDeadline<T>(
   abandon?: () => void,
   consumer?: string,
 ): Promise<T> {
-  if (consumer === undefined) return runBounded(timeoutMs, outer, call, abandon);
+  if (consumer === undefined) return runBounded(timeoutMs, outer, call, abandon).catch(rethrowInspectable);
   // `inboxed.handler.duration`: the handler's own time, timeouts (`error.type` HANDLER_TIMEOUT) included.
   const started = performance.now();
   try {
@@ -37,8 +37,43 @@ export async function runWithDeadline<T>(
     recordHandler(consumer, (performance.now() - started) / 1000, undefined);
     return value;
   } catch (thrown) {
-    recordHandler(consumer, (performance.now() - started) / 1000, { thrown });
-    throw thrown;
+    const error = inspectable(thrown);
+    recordHandler(consumer, (performance.now() - started) / 1000, { thrown: error });
+    throw error;
+  }
+}
+
+function rethrowInspectable(thrown: unknown): never {
+  throw inspectable(thrown);
+}
+
+/**
+ * What the handler threw, safe for every later step to inspect (its prototype, `code`, `cause`,
+ * `message`, brands). A value whose inspection throws (a Proxy with throwing traps, a revoked
+ * Proxy, a getter that throws) is replaced by an Error saying so: otherwise classifying the failure
+ * would throw, and the message would retry as an uncounted internal error for ever instead of being
+ * counted as the handler's failure like any other throw.
+ */
+function inspectable(thrown: unknown): unknown {
+  try {
+    for (let link = thrown, depth = 0; (typeof link === 'object' || typeof link === 'function') && link !== null && depth < 8; depth++) {
+      Object.getPrototypeOf(link);
+      const { code, message, name, stack } = link as Record<string, unknown>;
+      void [code, message, name, stack];
+      link = (link as { cause?: unknown }).cause;
+    }
+    return thrown;
+  } catch (inspecting) {
+    return new Error(`the handler threw a value that cannot be inspected (${reasonOf(inspecting)})`);
+  }
+}
+
+/** What inspecting a hostile value threw, as a short text; that may be hostile too. */
+function reasonOf(inspecting: unknown): string {
+  try {
+    return inspecting instanceof Error ? String(inspecting.message).slice(0, 200) : 'its traps throw';
+  } catch {
+    return 'its traps throw';
   }
 }
 

@@ -1,4 +1,4 @@
-import { classifyDatabaseError, isIdleInTransactionTimeout, isInFailedTransaction } from './database-errors.js';
+import { classifyDatabaseError, isConnectionFailure, isIdleInTransactionTimeout, isInFailedTransaction } from './database-errors.js';
 import { describeError } from './error-text.js';
 import { InboxErrorCodes, isInboxError } from './errors.js';
 import { CLAIM_LOST_MARKER, InboxStatementError } from './inbox-store.js';
@@ -64,14 +64,38 @@ export function claimFailure(error: unknown): TransactionFailure {
  * because the handler held the transaction idle too long.
  */
 export function bodyFailure(error: unknown, connectionProblem?: unknown): TransactionFailure {
+  try {
+    return classifyBodyFailure(error, connectionProblem);
+  } catch {
+    // Only a thrown value can make inspecting it throw (a Proxy, a getter that throws): the handler's.
+    return { kind: 'handler', error };
+  }
+}
+
+function classifyBodyFailure(error: unknown, connectionProblem: unknown): TransactionFailure {
   if (error instanceof InboxStatementError) {
     if (isInFailedTransaction(error.original)) return { kind: 'aborted', error: error.original, firstFailure: undefined };
+    if (error.statement === 'result' || error.statement === 'reject') return afterHandlerFailure(error.original);
     const kind = claimFailure(error.original);
     return kind.kind === 'busy' ? { kind: 'inbox-query', error: error.original } : kind;
   }
   // A timed-out handler is counted whatever happened to its connection (it may have been cut on purpose).
   if (isInboxError(error) && error.code === InboxErrorCodes.HANDLER_TIMEOUT) return { kind: 'handler', error };
   if (connectionProblem !== undefined) return brokenConnectionFailure(error, connectionProblem);
+  if (classifyDatabaseError(error) === 'transient-conflict') return { kind: 'conflict', error, counted: true };
+  return { kind: 'handler', error };
+}
+
+/**
+ * An inbox statement that runs after the handler, in the transaction the handler had (the stored
+ * result, the rejection, the completion check), failed. The claim wrote in this same transaction
+ * moments before, so the table existed, was writable and was permitted: unless the connection
+ * itself failed, the handler changed the transaction under it (`SET TRANSACTION READ ONLY`,
+ * `SET LOCAL ROLE`, `SET LOCAL statement_timeout`, a dropped table) and the failure is counted, or
+ * the message would retry for ever without ending.
+ */
+function afterHandlerFailure(error: unknown): TransactionFailure {
+  if (isConnectionFailure(error)) return { kind: 'outage', error };
   if (classifyDatabaseError(error) === 'transient-conflict') return { kind: 'conflict', error, counted: true };
   return { kind: 'handler', error };
 }
@@ -93,23 +117,21 @@ export function brokenConnectionFailure(error: unknown, connectionProblem: unkno
 export function completionFailure(error: unknown, firstFailure?: unknown): TransactionFailure {
   if (isInFailedTransaction(error)) return { kind: 'aborted', error, firstFailure };
   if (isClaimLost(error)) return { kind: 'ended', error };
-  switch (classifyDatabaseError(error)) {
-    case 'transient-conflict':
-      return { kind: 'conflict', error, counted: true };
-    case 'unavailable':
-      // The COMMIT may or may not have landed; the redelivery finds out (duplicate or processed).
-      return { kind: 'outage', error };
-    default:
-      // A deferred constraint of the handler's writes, checked at COMMIT.
-      return { kind: 'handler', error };
-  }
+  // The COMMIT may or may not have landed when the connection failed; the redelivery finds out
+  // (duplicate or processed). Anything else is the handler's: a deferred constraint of its writes
+  // checked at COMMIT, or a session setting of its own that refused the check.
+  return afterHandlerFailure(error);
 }
 
-/** @internal True when the completion check found the claimed rows gone (see `InboxStore.verify`). */
+/**
+ * @internal True when the completion check found the claimed rows gone (see `InboxStore.verify`):
+ * its cast of the marker failed (22P02). Only the driver's own error counts: Drizzle's wrapper
+ * quotes the check's SQL, marker included, in its message whatever the check failed with.
+ */
 export function isClaimLost(error: unknown): boolean {
   for (let link = error, depth = 0; typeof link === 'object' && link !== null && depth < 8; depth++) {
-    const message = (link as { message?: unknown }).message;
-    if (typeof message === 'string' && message.includes(CLAIM_LOST_MARKER)) return true;
+    const { code, message } = link as { code?: unknown; message?: unknown };
+    if (code === '22P02' && typeof message === 'string' && message.includes(CLAIM_LOST_MARKER)) return true;
     link = (link as { cause?: unknown }).cause;
   }
   return false;

@@ -138,7 +138,7 @@ export async function nodePostgresTransaction<TDb extends AnyPgDatabase, T>(
   let abandoned = false;
   try {
     const quote = (value: string) => quoteLiteral(client, value);
-    const begin = options.isolationLevel === undefined ? 'begin' : `begin isolation level ${options.isolationLevel}`;
+    const begin = options.isolationLevel === undefined ? 'begin read write' : `begin isolation level ${options.isolationLevel} read write`;
     const claim = store.claimText(plan.rows, quote, plan.lockTimeoutMs);
     let claimed: Claimed;
     const claimSentAt = performance.now();
