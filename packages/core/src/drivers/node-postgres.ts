@@ -1,3 +1,4 @@
+import { InboxError, InboxErrorCodes } from '../errors.js';
 import { type Claimed, checkTargets, claimedOf, type InboxStore } from '../inbox-store.js';
 import type { ResolvedOptions } from '../options.js';
 import { recordClaimOf } from '../telemetry/instruments.js';
@@ -92,14 +93,39 @@ function firstOf(rollbackError: unknown, connectionProblem: unknown): unknown {
  * The client the handler's Drizzle transaction talks through: the same connection, but it remembers
  * the first statement that failed, so a handler that swallowed that failure is told which one it was.
  */
-function observedClient(client: PgPoolClient, onFailure: (error: unknown) => void): PgPoolClient {
+function observedClient(client: PgPoolClient, onFailure: (error: unknown) => void): { client: PgPoolClient; close(): void } {
   const observed = Object.create(client) as PgPoolClient;
+  let closed = false;
   observed.query = ((...args: unknown[]) => {
+    if (closed) return refuseLateStatement(args);
     const result = (client.query as (...a: unknown[]) => unknown).apply(client, args);
     if (typeof (result as Promise<unknown> | undefined)?.then === 'function') (result as Promise<unknown>).then(undefined, onFailure);
     return result;
   }) as PgPoolClient['query'];
-  return observed;
+  return {
+    client: observed,
+    close: () => {
+      closed = true;
+    },
+  };
+}
+
+/**
+ * A statement the handler sent through `tx` after it returned (an un-awaited query, a timer). The
+ * connection is about to serve the next delivery: run there, the statement would join that
+ * delivery's transaction and commit, or fail, with it. It is refused instead.
+ */
+function refuseLateStatement(args: unknown[]): Promise<never> | undefined {
+  const error = new InboxError(
+    InboxErrorCodes.TRANSACTION_ENDED,
+    "a statement was sent through the handler's tx after the handler returned; its transaction is over (await every statement inside the handler)",
+  );
+  const callback = args[args.length - 1];
+  if (typeof callback === 'function') {
+    queueMicrotask(() => (callback as (error: Error) => void)(error));
+    return undefined;
+  }
+  return Promise.reject(error);
 }
 
 /**
@@ -158,7 +184,7 @@ export async function nodePostgresTransaction<TDb extends AnyPgDatabase, T>(
     const handlerClient = observedClient(client, (error) => {
       firstFailure ??= error;
     });
-    const clientSession = new NodePgSession(handlerClient as never, session.dialect as never, session.schema as never, session.options as never);
+    const clientSession = new NodePgSession(handlerClient.client as never, session.dialect as never, session.schema as never, session.options as never);
     const tx = new NodePgTransaction(session.dialect as never, clientSession, session.schema as never);
     // A handler past its deadline that ignores its signal: cut the connection under it, so its
     // later statements fail instead of running on a connection the pool hands to someone else.
@@ -169,7 +195,9 @@ export async function nodePostgresTransaction<TDb extends AnyPgDatabase, T>(
     let value: T;
     try {
       value = await plan.body(tx as TransactionOf<TDb>, claimed.ids, abandon);
+      handlerClient.close();
     } catch (error) {
+      handlerClient.close();
       if (abandoned) {
         failure = bodyFailure(error);
         return { ok: false, failure };
