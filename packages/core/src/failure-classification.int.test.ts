@@ -241,7 +241,7 @@ describe.each(DRIVERS)('what counts as whose failure, on %s', (driver) => {
         } else {
           await new Promise((r) => setTimeout(r, 150)); // the next delivery's transaction is open when the late statement comes
         }
-      }, database.options({ poolSize: 1 }));
+      }, options());
       expect(await process({ id: 'leaker', payload: {} })).toMatchObject({ status: 'processed' });
       expect(await process({ id: 'next', payload: {} })).toMatchObject({ status: 'processed' });
       await expect(late).rejects.toMatchObject({ cause: { code: InboxErrorCodes.TRANSACTION_ENDED } }); // Drizzle wraps it
