@@ -2,9 +2,10 @@
 // handler, and what an outcome guarantees per status. Nothing here runs.
 import { expectTypeOf } from 'vitest';
 import type { PgliteDatabase } from 'drizzle-orm/pglite';
+import type { InboxConsumer } from './adapter/contract.js';
 import type { InboxError } from './errors.js';
 import type { StandardSchemaV1 } from './standard-schema.js';
-import type { InboxBatchProcessor, InboxMessage, InboxOutcome, InboxProcessor } from './types.js';
+import type { InboxBatchProcessor, InboxMessage, InboxOutcome, InboxProcessor, OutcomeReason } from './types.js';
 import { withInbox } from './with-inbox.js';
 import { withInboxBatch } from './with-inbox-batch.js';
 import { wrapProcessor } from './wrap-processor.js';
@@ -126,3 +127,24 @@ withInbox(
 );
 // @ts-expect-error a leased handler gets no transaction: its second argument is the context
 withInbox(async (_message, _tx: { insert: unknown }) => {}, { db, consumer: 'c', mode: 'leased' });
+
+// Broker events: each listener gets the outcome its event stands for, so the fields the outcome
+// table promises for that status need no check.
+declare const consumer: InboxConsumer;
+consumer.on('dead_letter', (outcome, destination) => {
+  expectTypeOf(outcome.reason).toEqualTypeOf<OutcomeReason>();
+  expectTypeOf(outcome.error).toEqualTypeOf<InboxError>();
+  expectTypeOf(destination).toEqualTypeOf<string>();
+});
+consumer.on('retry', (outcome) => {
+  expectTypeOf(outcome.retryAfterMs).toEqualTypeOf<number>();
+});
+consumer.on('busy', (outcome) => {
+  expectTypeOf(outcome.retryAfterMs).toEqualTypeOf<number>();
+});
+consumer.on('message_processed', (outcome) => {
+  expectTypeOf(outcome.status).toEqualTypeOf<'processed' | 'rejected'>();
+});
+consumer.on('duplicate', (outcome) => {
+  expectTypeOf(outcome.status).toEqualTypeOf<'duplicate'>();
+});

@@ -4,7 +4,17 @@ import { describeError } from '../error-text.js';
 import { InboxError } from '../errors.js';
 import { messagingAttributes, recordSettled, registerInFlight } from '../telemetry/instruments.js';
 import type { MessagingContext } from '../telemetry/messaging.js';
-import { OutcomeReasons, type InboxOutcome } from '../types.js';
+import {
+  OutcomeReasons,
+  type BusyOutcome,
+  type ConflictOutcome,
+  type DeadLetterOutcome,
+  type DuplicateOutcome,
+  type InboxOutcome,
+  type ProcessedOutcome,
+  type RejectedOutcome,
+  type RetryOutcome,
+} from '../types.js';
 import { defaultLogger, type InboxLogger } from './logger.js';
 
 /** How long a delivery took, on every outcome event. */
@@ -20,18 +30,18 @@ export interface DeliveryTiming {
 /** Events every broker consumer emits, with the same names and payloads across adapters. */
 export interface ConsumerEvents {
   /** A delivery's effect committed (`processed` or `rejected`) and the delivery was settled. */
-  message_processed: [outcome: InboxOutcome, timing: DeliveryTiming];
+  message_processed: [outcome: ProcessedOutcome | RejectedOutcome, timing: DeliveryTiming];
   /** A redelivery was settled without running the handler. */
-  duplicate: [outcome: InboxOutcome, timing: DeliveryTiming];
+  duplicate: [outcome: DuplicateOutcome, timing: DeliveryTiming];
   /** A delivery will be redelivered after `outcome.retryAfterMs`. */
-  retry: [outcome: InboxOutcome, timing: DeliveryTiming];
+  retry: [outcome: RetryOutcome, timing: DeliveryTiming];
   /**
    * Leased mode: another worker holds a live lease on the message; the delivery comes back after
    * `outcome.retryAfterMs` without counting an attempt.
    */
-  busy: [outcome: InboxOutcome, timing: DeliveryTiming];
+  busy: [outcome: BusyOutcome, timing: DeliveryTiming];
   /** A delivery was dead-lettered (`dead-letter` or `conflict`); `destination` says where. */
-  dead_letter: [outcome: InboxOutcome, destination: string, timing: DeliveryTiming];
+  dead_letter: [outcome: DeadLetterOutcome | ConflictOutcome, destination: string, timing: DeliveryTiming];
   /** Something went wrong outside a single message (connection, ack, publish). Never swallowed. */
   error: [error: InboxError];
   /** The consumer reconnected after losing its connection. */
