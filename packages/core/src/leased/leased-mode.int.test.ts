@@ -155,6 +155,38 @@ describe.each(DRIVERS)('leased mode on %s', (driver) => {
     expect(await slowWorker({ id: 'm3', payload: { who: 'slow' } })).toMatchObject({ status: 'duplicate', result: { by: 'fast' } });
   });
 
+  it('an overrunning worker at maxAttempts whose claim was taken over is counted but not dead-lettered: the message is its new owner\'s to finish', async () => {
+    const slowEntered = gate();
+    const finishSlow = gate();
+    const fastEntered = gate();
+    const finishFast = gate();
+    const handler = async (message: InboxMessage<{ who: string }>, context: LeasedHandlerContext) => {
+      context.complete(async (tx: any) => {
+        await tx.insert(t.effects).values({ messageId: message.id, value: { by: message.payload.who } });
+      });
+      if (message.payload.who === 'slow') {
+        slowEntered.open();
+        await finishSlow.opened; // ignores its signal: keeps going past the lease
+      } else {
+        fastEntered.open();
+        await finishFast.opened;
+      }
+    };
+    const options = leased({ leaseMs: 300, fingerprint: false, maxAttempts: 1 });
+    const slow = withInbox<any, { who: string }>(handler, options)({ id: 'over', payload: { who: 'slow' } });
+    await slowEntered.opened;
+    await sleep(450); // the lease runs out; a redelivered copy takes the claim over and is still at work
+    const fast = withInbox<any, { who: string }>(handler, options)({ id: 'over', payload: { who: 'fast' } });
+    await fastEntered.opened;
+    finishSlow.open();
+    expect(await slow).toMatchObject({ status: 'retry', reason: 'lease-lost', fencingToken: 1 });
+    expect(await attempts('over')).toMatchObject({ attempts: 1, last_error_code: 'LEASE_LOST' }); // counted all the same
+    finishFast.open();
+    expect(await fast).toMatchObject({ status: 'processed', fencingToken: 2, takeover: true });
+    expect(await t.query(`select value from "${t.schema}".effects where message_id = 'over'`)).toEqual([{ value: { by: 'fast' } }]);
+    expect(await t.query(`select message_id from "${t.schema}".inbox_dead_letters`)).toEqual([]);
+  });
+
   it('renewLease() keeps a long handler past leaseMs: copies meanwhile are busy, and it completes', async () => {
     const entered = gate();
     const process = withInbox(

@@ -210,12 +210,16 @@ export function withLeasedInbox<TDb extends AnyPgDatabase, TPayload>(
     }
   }
 
-  /** Gives a claim back, fenced by its token; when the database is away the lease runs out instead. */
-  async function releaseQuietly(messageId: string, token: number): Promise<void> {
+  /**
+   * Gives a claim back, fenced by its token: true when released, false when the claim was no longer
+   * this token's, undefined when the database could not be asked (the lease then runs out instead).
+   */
+  async function releaseQuietly(messageId: string, token: number): Promise<boolean | undefined> {
     try {
-      await leases.release(db, messageId, token);
+      return await leases.release(db, messageId, token);
     } catch {
       // The outcome already says what failed; an unreachable database lets the lease run out.
+      return undefined;
     }
   }
 
@@ -240,7 +244,11 @@ export function withLeasedInbox<TDb extends AnyPgDatabase, TPayload>(
    */
   async function failed(message: InboxMessage, lease: Lease, failure: TransactionFailure): Promise<InboxOutcome> {
     const outcome = await outcomeOfFailure(general, store, message, failure);
-    await releaseQuietly(message.id, lease.token);
+    const released = await releaseQuietly(message.id, lease.token);
+    // The attempt is counted either way, but when another worker has claimed the message meanwhile
+    // (a takeover of this expired lease) the message is that worker's to finish: dead-lettering this
+    // copy would send a message to the dead-letter target that its new owner may yet process.
+    if (outcome.status === 'dead-letter' && released === false) return leaseLost(message, lease.token);
     return outcome;
   }
 
@@ -248,5 +256,5 @@ export function withLeasedInbox<TDb extends AnyPgDatabase, TPayload>(
     process(delivery, options).catch((error: unknown) => internalFailure(general, delivery, error));
   const checkTables = () => checkInboxTables(db, resolved.tables, consumer);
   const recordDeadLetter: DeadLetterRecorder = (outcome, place) => recordDeadLetterRow(db, resolved.tables, outcome, place);
-  return Object.assign(processor, { kind: 'single' as const, consumer, checkTables, observe: () => {}, recordDeadLetter });
+  return Object.assign(processor, { kind: 'single' as const, consumer, checkTables, observe: () => {}, recordDeadLetter, maxAttempts: resolved.maxAttempts });
 }
