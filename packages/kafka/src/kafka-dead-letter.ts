@@ -51,23 +51,17 @@ export function deadLetterRecord(record: KafkaRecord, source: DeadLetterSource, 
 }
 
 /**
- * Produces the dead-letter copies of a partition's records, in order, and waits for every one to
+ * Produces the dead-letter copies of a partition's records to `topic`, in order, and waits for every one to
  * be acknowledged by all in-sync replicas (`acks: -1`); rejects when any send failed (then the
  * caller commits nothing past them).
  */
 export async function sendDeadLetters(
   producer: KafkaProducerLike,
-  topicOption: DeadLetterTopicOption | undefined,
+  topic: string,
   source: DeadLetterSource,
   entries: { record: KafkaRecord; outcome: InboxOutcome }[],
   now: Date = new Date(),
 ): Promise<void> {
-  const byTopic = new Map<string, KafkaOutgoingRecord[]>();
-  for (const { record, outcome } of entries) {
-    const destination = deadLetterTopicFor(topicOption, source.topic);
-    const list = byTopic.get(destination) ?? [];
-    list.push(deadLetterRecord(record, source, outcome, now));
-    byTopic.set(destination, list);
-  }
-  for (const [topic, messages] of byTopic) await producer.send({ topic, messages, acks: -1 });
+  const messages = entries.map(({ record, outcome }) => deadLetterRecord(record, source, outcome, now));
+  await producer.send({ topic, messages, acks: -1 });
 }

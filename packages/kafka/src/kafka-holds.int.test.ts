@@ -124,6 +124,38 @@ describe('retry holds and dead-letter topics', () => {
     expect(await k.h.deadLetterRecords()).toEqual([]);
   });
 
+  it('a deadLetterTopic function that throws holds its partition at the record to dead-letter (KAFKA_DEAD_LETTER_FAILED), never past it; records before it commit', async () => {
+    const recorder = createOutcomeRecorder();
+    const processor = recorder.wrap(
+      withInbox(
+        async (message: InboxMessage, tx: any) => {
+          if (message.id === 'poison') throw new PermanentError('refused');
+          await tx.insert(k.t.effects).values({ messageId: message.id });
+        },
+        { db: k.t.db, consumer: 'billing', tables: { schema: k.t.schema } },
+      ),
+    );
+    await k.h.produce([
+      { id: 'before', value: {}, partition: 0 },
+      { id: 'poison', value: {}, partition: 0 },
+      { id: 'after', value: {}, partition: 0 },
+    ]);
+    const consumer = await k.start(processor, {
+      deadLetterTopic: (topic) => {
+        throw new Error(`no dead-letter topic configured for ${topic}`);
+      },
+    });
+    const errors: string[] = [];
+    consumer.on('error', (error) => errors.push(error.code));
+    await recorder.waitFor('before', { status: 'processed' });
+    await waitFor('the dead-letter reported as failed', () => errors.includes('KAFKA_DEAD_LETTER_FAILED'));
+    await waitFor('offset 1 committed', async () => (await k.h.committed())[0] === 1);
+    await new Promise((r) => setTimeout(r, 500));
+    expect((await k.h.committed())[0]).toBe(1); // held at the poison record, not past it
+    expect(await k.h.deadLetterRecords()).toEqual([]);
+    expect(await k.t.countEffects('after')).toBe(0);
+  });
+
   it('deadLetterTopic: a permanent failure goes, through the idempotent producer, to the topic the function names with the original key, headers and position, and the offset moves past it', async () => {
     const recorder = createOutcomeRecorder();
     const processor = recorder.wrap(

@@ -66,10 +66,13 @@ export class Settlement {
     }
     let settled = final;
     const dead = chunk.slice(0, final).filter((entry) => actionFor(entry.outcome.status) === 'dead-letter');
-    if (dead.length > 0 && !(await this.deadLetter(at, dead))) settled = chunk.indexOf(dead[0]!);
+    let destination: string | undefined;
+    if (dead.length > 0) {
+      destination = await this.deadLetter(at, dead);
+      if (destination === undefined) settled = chunk.indexOf(dead[0]!);
+    }
     // Whatever happened meanwhile (a rebalance, a stop), nothing of a past generation commits or holds.
     if (!this.current(at)) return false;
-    const destination = deadLetterTopicFor(deps.deadLetterTopic, at.topic);
     if (settled > 0) {
       const last = chunk[settled - 1]!.record;
       if (!(await this.commit(at, last.offset, chunk.slice(0, settled)))) {
@@ -99,29 +102,18 @@ export class Settlement {
   }
 
   /**
-   * Records the dead-letters in the database, then produces their copies (acks -1, awaited). False
-   * when either failed: the partition is then held at the first of them.
+   * Records the dead-letters in the database, then produces their copies (acks -1, awaited) to the
+   * dead-letter topic, which it returns. `undefined` when any step failed, the `deadLetterTopic`
+   * function included: the partition is then held at the first of them, and the failure reported.
    */
-  private async deadLetter(at: ChunkPosition, dead: SettledRecord[]): Promise<boolean> {
+  private async deadLetter(at: ChunkPosition, dead: SettledRecord[]): Promise<string | undefined> {
     const { deps } = this;
-    const destination = `kafka:${deadLetterTopicFor(deps.deadLetterTopic, at.topic)}`;
-    for (const { outcome } of dead) {
-      const notRecorded = await recordDeadLetterOf(deps.processor, outcome, { destination, source: `kafka:${at.topic}/${at.partition}` });
-      if (notRecorded !== undefined) {
-        deps.events.emit('error', notRecorded);
-        return false;
-      }
-    }
-    try {
-      const source = { topic: at.topic, partition: at.partition, groupId: deps.groupId };
-      await sendDeadLetters(deps.producer, deps.deadLetterTopic, source, dead);
-      return true;
-    } catch (cause) {
+    const failed = (cause: unknown, what: string) => {
       deps.events.emit(
         'error',
         kafkaError(
           KafkaErrorCodes.KAFKA_DEAD_LETTER_FAILED,
-          `producing ${dead.length} dead-letter record(s) from ${at.topic}/${at.partition} failed; the partition is held and retried`,
+          `${what} for ${dead.length} record(s) from ${at.topic}/${at.partition} failed; the partition is held and retried`,
           cause,
           {
             messageIds: dead.map((d) => d.outcome.messageId),
@@ -129,7 +121,28 @@ export class Settlement {
           },
         ),
       );
-      return false;
+      return undefined;
+    };
+    let topic: string;
+    try {
+      topic = deadLetterTopicFor(deps.deadLetterTopic, at.topic);
+    } catch (cause) {
+      return failed(cause, 'the deadLetterTopic option threw: choosing the dead-letter topic');
+    }
+    const destination = `kafka:${topic}`;
+    for (const { outcome } of dead) {
+      const notRecorded = await recordDeadLetterOf(deps.processor, outcome, { destination, source: `kafka:${at.topic}/${at.partition}` });
+      if (notRecorded !== undefined) {
+        deps.events.emit('error', notRecorded);
+        return undefined;
+      }
+    }
+    try {
+      const source = { topic: at.topic, partition: at.partition, groupId: deps.groupId };
+      await sendDeadLetters(deps.producer, topic, source, dead);
+      return topic;
+    } catch (cause) {
+      return failed(cause, `producing the dead-letter records to ${topic}`);
     }
   }
 
