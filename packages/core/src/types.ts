@@ -268,6 +268,12 @@ export interface InboxProcessor {
    * `withInboxBatch` have it; a wrapper must forward it (`wrapProcessor` does).
    */
   recordDeadLetter?: DeadLetterRecorder;
+  /**
+   * The `maxAttempts` this processor dead-letters at: broker consumers compare it with the broker's
+   * own redelivery limit (an SQS redrive policy's `maxReceiveCount`) at `start()`. Processors from
+   * `withInbox` and `withInboxBatch` have it; `wrapProcessor` forwards it.
+   */
+  readonly maxAttempts?: number;
 }
 
 /** A batch processor built by {@link withInboxBatch}: outcomes come back in input order. */
@@ -281,6 +287,8 @@ export interface InboxBatchProcessor {
   observe: OutcomeObserver;
   /** See {@link InboxProcessor.recordDeadLetter}. */
   recordDeadLetter?: DeadLetterRecorder;
+  /** See {@link InboxProcessor.maxAttempts}. */
+  readonly maxAttempts?: number;
 }
 
 /** Either kind of processor; adapters accept both. */

@@ -248,5 +248,5 @@ export function withInboxBatch<TDb extends AnyPgDatabase, TPayload = unknown>(
   };
   const checkTables = () => checkInboxTables(resolved.db, resolved.tables, consumer);
   const recordDeadLetter: DeadLetterRecorder = (outcome, place) => recordDeadLetterRow(resolved.db, resolved.tables, outcome, place);
-  return Object.assign(processor, { kind: 'batch' as const, consumer, checkTables, observe: () => {}, recordDeadLetter });
+  return Object.assign(processor, { kind: 'batch' as const, consumer, checkTables, observe: () => {}, recordDeadLetter, maxAttempts: resolved.maxAttempts });
 }

@@ -141,5 +141,5 @@ function withTransactionalInbox<TDb extends AnyPgDatabase, TPayload>(
     process(delivery, options).catch((error: unknown) => internalFailure(general, delivery, error));
   const checkTables = () => checkInboxTables(resolved.db, resolved.tables, consumer);
   const recordDeadLetter: DeadLetterRecorder = (outcome, place) => recordDeadLetterRow(resolved.db, resolved.tables, outcome, place);
-  return Object.assign(processor, { kind: 'single' as const, consumer, checkTables, observe: () => {}, recordDeadLetter });
+  return Object.assign(processor, { kind: 'single' as const, consumer, checkTables, observe: () => {}, recordDeadLetter, maxAttempts: resolved.maxAttempts });
 }

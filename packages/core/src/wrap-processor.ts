@@ -37,6 +37,7 @@ export function wrapProcessor(
     checkTables: () => processor.checkTables(),
     observe: (outcome: InboxOutcome) => processor.observe(outcome),
     ...(processor.recordDeadLetter === undefined ? {} : { recordDeadLetter: processor.recordDeadLetter }),
+    ...(processor.maxAttempts === undefined ? {} : { maxAttempts: processor.maxAttempts }),
   };
   if (processor.kind === 'batch') {
     const around = middleware as BatchProcessorMiddleware;
