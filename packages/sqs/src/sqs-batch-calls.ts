@@ -1,6 +1,7 @@
 import { ChangeMessageVisibilityBatchCommand, DeleteMessageBatchCommand, type Message, type SQSClient } from '@aws-sdk/client-sqs';
 import type { InboxError } from '@inboxed/core';
 import { backoffDelay, sleep } from '@inboxed/core/adapter';
+import { callWithTimeout, SQS_CALL_TIMEOUT_MS } from './sqs-call.js';
 import { batchFailure, describeFailures, isPermanentEntryFailure, SqsErrorCodes, toSqsError, type SqsBatchFailure } from './sqs-errors.js';
 
 /** One received message and the id it is known by (for errors and logs). */
@@ -47,9 +48,11 @@ export class SqsBatchCalls {
       failures = [];
       let retryable: SqsEntry[] = [];
       try {
-        const result = await this.client.send(
-          new DeleteMessageBatchCommand({ QueueUrl: this.queueUrl, Entries: [...byId].map(([Id, e]) => ({ Id, ReceiptHandle: e.message.ReceiptHandle })) }),
-        );
+        const command = new DeleteMessageBatchCommand({
+          QueueUrl: this.queueUrl,
+          Entries: [...byId].map(([Id, e]) => ({ Id, ReceiptHandle: e.message.ReceiptHandle })),
+        });
+        const result = await callWithTimeout('DeleteMessageBatch', SQS_CALL_TIMEOUT_MS, (abortSignal) => this.client.send(command, { abortSignal }));
         for (const failed of result.Failed ?? []) {
           const entry = byId.get(failed.Id ?? '');
           if (entry === undefined) continue;
@@ -100,11 +103,12 @@ export class SqsBatchCalls {
         const failures: SqsBatchFailure[] = [];
         let thrown: unknown;
         try {
-          const result = await this.client.send(
-            new ChangeMessageVisibilityBatchCommand({
-              QueueUrl: this.queueUrl,
-              Entries: [...byId].map(([Id, e]) => ({ Id, ReceiptHandle: e.message.ReceiptHandle, VisibilityTimeout: e.seconds })),
-            }),
+          const command = new ChangeMessageVisibilityBatchCommand({
+            QueueUrl: this.queueUrl,
+            Entries: [...byId].map(([Id, e]) => ({ Id, ReceiptHandle: e.message.ReceiptHandle, VisibilityTimeout: e.seconds })),
+          });
+          const result = await callWithTimeout('ChangeMessageVisibilityBatch', SQS_CALL_TIMEOUT_MS, (abortSignal) =>
+            this.client.send(command, { abortSignal }),
           );
           for (const failed of result.Failed ?? []) {
             const entry = byId.get(failed.Id ?? '');

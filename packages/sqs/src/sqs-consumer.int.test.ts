@@ -2,7 +2,9 @@ import { InboxErrorCodes, type InboxMessage, PermanentError, withInbox, withInbo
 import { createOutcomeRecorder } from '@inboxed/core/testing';
 import { waitFor } from '@inboxed/test-support';
 import { describe, expect, it } from 'vitest';
-import { deadLettersOf, queueDepth, sqsTestContext } from '../test/sqs-test-kit.js';
+import { sleep } from '@inboxed/core/adapter';
+import { deadLettersOf, queueDepth, sqsClient, sqsTestContext } from '../test/sqs-test-kit.js';
+import { SqsErrorCodes } from './index.js';
 
 // SQS-specific consumer behaviour; what every adapter does alike is in conformance.int.test.ts.
 describe('createSqsConsumer against a real SQS API and PostgreSQL', () => {
@@ -95,6 +97,61 @@ describe('createSqsConsumer against a real SQS API and PostgreSQL', () => {
     expect(dead!.MessageAttributes!['x-inboxed-error']?.StringValue).toContain('messageId.extract threw: Error: no ref in the body');
     expect(await ctx.t.countEffects('order-7')).toBe(1);
     await waitFor('queues empty', async () => (await h.pending()) + (await other.pending()) === 0);
+  });
+
+  it('start() reports a redrive maxReceiveCount too low for inboxed to decide first (SQS_REDRIVE_RECEIVE_COUNT_LOW) and consumes anyway', async () => {
+    const low = await ctx.queues({ deadLetter: { redrive: { maxReceiveCount: 3 } } });
+    await low.send({ to: 'ada' }, { id: 'low-1' });
+    const recorder = createOutcomeRecorder();
+    const consumer = await ctx.start(low, { handler: recorder.wrap(ctx.inbox()) });
+    expect(consumer.status()).toMatchObject({ state: 'running', consuming: true });
+    expect(ctx.errors.map((e) => e.code)).toEqual([SqsErrorCodes.REDRIVE_RECEIVE_COUNT_LOW]);
+    expect(ctx.errors[0]!.details).toMatchObject({ queueUrl: low.queueUrl, maxReceiveCount: 3, recommendedMaxReceiveCount: 10 });
+    expect(ctx.errors[0]!.message).toContain('after 3 receives');
+    await recorder.waitFor('low-1', { status: 'processed' });
+    await waitFor('queue empty', async () => (await low.pending()) === 0);
+    expect(await ctx.t.countEffects('low-1')).toBe(1);
+
+    // The processor's maxAttempts (withInbox exposes it) sets the bar at twice it; a high enough count raises nothing.
+    ctx.errors.length = 0;
+    const twelve = await ctx.queues({ deadLetter: { redrive: { maxReceiveCount: 12 } } });
+    await ctx.start(twelve, { handler: ctx.inbox() });
+    expect(ctx.errors).toEqual([]);
+    await ctx.start(twelve, { handler: ctx.inbox(undefined, { maxAttempts: 8 }) });
+    expect(ctx.errors.map((e) => [e.code, e.details?.maxAttempts, e.details?.recommendedMaxReceiveCount])).toEqual([
+      [SqsErrorCodes.REDRIVE_RECEIVE_COUNT_LOW, 8, 16],
+    ]);
+  });
+
+  it('waitTimeSeconds 0 on an empty queue pauses between receives instead of spinning; a message sent then is still taken at once', async () => {
+    const h = await ctx.queues();
+    const client = sqsClient(h.endpoint);
+    let receives = 0;
+    client.middlewareStack.add(
+      (next, context) => async (args) => {
+        if (context.commandName === 'ReceiveMessageCommand') receives++;
+        return next(args);
+      },
+      { step: 'initialize', name: 'countReceives' },
+    );
+    try {
+      const recorder = createOutcomeRecorder();
+      await ctx.start(h, { handler: recorder.wrap(ctx.inbox()), waitTimeSeconds: 0 }, client);
+      const before = receives;
+      await sleep(2000);
+      const perSecond = (receives - before) / 2;
+      expect(perSecond).toBeGreaterThan(1); // it keeps polling...
+      expect(perSecond).toBeLessThanOrEqual(6); // ...about 5 a second (a 200 ms pause), not ~1000
+      const sentAt = Date.now();
+      await h.send({ to: 'ada' }, { id: 'short-poll' });
+      await recorder.waitFor('short-poll', { status: 'processed' });
+      expect(Date.now() - sentAt).toBeLessThan(2000);
+      await waitFor('queue empty', async () => (await h.pending()) === 0);
+      expect(ctx.errors).toEqual([]);
+    } finally {
+      await Promise.all(ctx.consumers.splice(0).map((c) => c.stop()));
+      client.destroy();
+    }
   });
 
   it('start() rejects with INBOX_TABLE_MISSING when the inbox tables were never migrated; the consumer is stopped, the message stays queued', async () => {

@@ -12,6 +12,7 @@ import { SqsErrorCodes, toSqsError } from './sqs-errors.js';
 import { checkHeartbeat, createProcessing, receiveSettings, type SqsConsumerOptions } from './sqs-options.js';
 import { poll } from './sqs-poller.js';
 import { sourceOf } from './sqs-message.js';
+import { redriveReceiveCountProblem } from './sqs-redrive.js';
 import { sqsRedeliveryHorizon, unreadSqsHorizon } from './sqs-retention.js';
 
 /**
@@ -29,7 +30,8 @@ import { sqsRedeliveryHorizon, unreadSqsHorizon } from './sqs-retention.js';
  * ```
  *
  * Invalid options throw `INVALID_OPTIONS` here; `start()` rejects with `INBOX_TABLE_MISSING` or
- * `SQS_QUEUE_UNAVAILABLE` (the queue's attributes cannot be read).
+ * `SQS_QUEUE_UNAVAILABLE` (the queue's attributes cannot be read), and reports (as `error` events,
+ * without failing) `SQS_NO_DEAD_LETTER_TARGET` and `SQS_REDRIVE_RECEIVE_COUNT_LOW`.
  */
 export function createSqsConsumer(options: SqsConsumerOptions): InboxConsumer {
   const events = new ConsumerEventEmitter(options?.logger ?? defaultLogger);
@@ -62,6 +64,9 @@ export function createSqsConsumer(options: SqsConsumerOptions): InboxConsumer {
             ),
           );
         }
+        // A finding, not a refusal: the queue is the operator's to fix; consuming goes on.
+        const redriveProblem = redriveReceiveCountProblem(info, processor, queueUrl);
+        if (redriveProblem !== undefined) events.emit('error', redriveProblem);
         polling = new AbortController();
         failing = 0;
         started = true;

@@ -2,6 +2,7 @@ import { type Message, type MessageAttributeValue, SendMessageCommand, type SQSC
 import type { InboxError, InboxOutcome } from '@inboxed/core';
 import { DeadLetterHeaders, deadLetterHeaders } from '@inboxed/core/adapter';
 import type { SqsEntry } from './sqs-batch-calls.js';
+import { callWithTimeout, isCallTimeout, SQS_CALL_TIMEOUT_MS } from './sqs-call.js';
 import { isClientFault, isSdkError, SqsErrorCodes, toSqsError } from './sqs-errors.js';
 import { isFifoQueueUrl } from './sqs-queue-info.js';
 
@@ -133,20 +134,20 @@ export async function sendToDeadLetter(
 ): Promise<InboxError | undefined> {
   const { message } = entry;
   const fifo = isFifoQueueUrl(deadLetterQueueUrl);
-  const send = (minimal: boolean) =>
-    client.send(
-      new SendMessageCommand({
-        QueueUrl: deadLetterQueueUrl,
-        MessageBody: message.Body ?? '',
-        MessageAttributes: deadLetterAttributes(outcome, message, context, minimal),
-        ...(fifo
-          ? {
-              MessageGroupId: message.Attributes?.MessageGroupId ?? 'inboxed-dead-letters',
-              MessageDeduplicationId: message.MessageId ?? message.Attributes?.MessageDeduplicationId,
-            }
-          : {}),
-      }),
-    );
+  const send = (minimal: boolean) => {
+    const command = new SendMessageCommand({
+      QueueUrl: deadLetterQueueUrl,
+      MessageBody: message.Body ?? '',
+      MessageAttributes: deadLetterAttributes(outcome, message, context, minimal),
+      ...(fifo
+        ? {
+            MessageGroupId: message.Attributes?.MessageGroupId ?? 'inboxed-dead-letters',
+            MessageDeduplicationId: message.MessageId ?? message.Attributes?.MessageDeduplicationId,
+          }
+        : {}),
+    });
+    return callWithTimeout('SendMessage to the dead-letter queue', SQS_CALL_TIMEOUT_MS, (abortSignal) => client.send(command, { abortSignal }));
+  };
   let failure: unknown;
   try {
     await send(false);
@@ -155,7 +156,8 @@ export async function sendToDeadLetter(
     failure = error;
   }
   // SQS refused this copy (or building it failed): one more try with only the id and reason attributes.
-  if (isClientFault(failure) || !isSdkError(failure)) {
+  // Not after a timeout: SQS may have stored the full copy, and the message comes back anyway.
+  if (!isCallTimeout(failure) && (isClientFault(failure) || !isSdkError(failure))) {
     try {
       await send(true);
       return undefined;

@@ -22,6 +22,12 @@ export const SqsErrorCodes = {
   QUEUE_UNAVAILABLE: 'SQS_QUEUE_UNAVAILABLE',
   /** Neither `deadLetterQueueUrl` nor a redrive policy: dead-lettered messages are redelivered with backoff until they expire. */
   NO_DEAD_LETTER_TARGET: 'SQS_NO_DEAD_LETTER_TARGET',
+  /**
+   * Reported by `start()`, which goes on: the queue's redrive policy has a `maxReceiveCount` below 10
+   * (or twice the processor's `maxAttempts`), so SQS may move a message to its DLQ, with no inboxed
+   * reason or record, before inboxed has decided anything (every receive counts, uncounted retries too).
+   */
+  REDRIVE_RECEIVE_COUNT_LOW: 'SQS_REDRIVE_RECEIVE_COUNT_LOW',
 } as const;
 
 /** One of {@link SqsErrorCodes}. */

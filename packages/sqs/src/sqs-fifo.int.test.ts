@@ -1,10 +1,11 @@
-import { ReceiveMessageCommand } from '@aws-sdk/client-sqs';
+import { CreateQueueCommand, ReceiveMessageCommand, SendMessageCommand } from '@aws-sdk/client-sqs';
 import { type InboxMessage, PermanentError } from '@inboxed/core';
 import { createOutcomeRecorder } from '@inboxed/core/testing';
 import { waitFor } from '@inboxed/test-support';
-import { describe, expect, it } from 'vitest';
-import { deadLettersOf, sqsTestContext } from '../test/sqs-test-kit.js';
-import { createSqsHandler } from './index.js';
+import { startFauxqs } from 'fauxqs';
+import { afterEach, describe, expect, it } from 'vitest';
+import { deadLettersOf, queueDepth, sqsClient, sqsTestContext } from '../test/sqs-test-kit.js';
+import { createSqsConsumer, createSqsHandler } from './index.js';
 
 describe('FIFO queues on a real SQS API', () => {
   const ctx = sqsTestContext();
@@ -45,6 +46,25 @@ describe('FIFO queues on a real SQS API', () => {
     await recorder.waitFor('order-1', { status: 'processed' });
     await waitFor('queue empty', async () => (await h.pending()) === 0);
     expect(await ctx.t.countEffects('order-1')).toBe(1);
+  });
+
+  it('ContentBasedDeduplication: the id attribute or a producer deduplication id is the id; the body hash SQS fills in is not (missing-message-id)', async () => {
+    const h = await ctx.queues({ fifo: true, attributes: { ContentBasedDeduplication: 'true' } });
+    await h.send({ user: 'u-1', award: 10 }, { id: 'award-1', group: 'u-1' });
+    await h.send({ user: 'u-2', award: 10 }, { group: 'u-2', dedup: 'award-2' });
+    await h.send({ user: 'u-3', award: 10 }, { group: 'u-3' }); // its deduplication id is SHA-256 of the body
+    const recorder = createOutcomeRecorder();
+    await ctx.start(h, { handler: recorder.wrap(ctx.inbox()) });
+
+    await recorder.waitFor('award-1', { status: 'processed' });
+    await recorder.waitFor('award-2', { status: 'processed' });
+    const [dead] = await deadLettersOf(h);
+    await waitFor('queue empty', async () => (await h.pending()) === 0);
+    expect(dead!.Body).toBe(JSON.stringify({ user: 'u-3', award: 10 }));
+    expect(dead!.MessageAttributes!['x-inboxed-reason']?.StringValue).toBe('missing-message-id');
+    expect(recorder.counts()).toEqual({ processed: 2, 'dead-letter': 1 });
+    const effects = await ctx.t.query<{ message_id: string }>(`select message_id from "${ctx.t.schema}".effects order by message_id`);
+    expect(effects.map((r) => r.message_id)).toEqual(['award-1', 'award-2']);
   });
 
   it('a poison message in a group goes to a FIFO DLQ (keeping its group) and its group moves on', async () => {
@@ -117,5 +137,55 @@ describe('FIFO queues on a real SQS API', () => {
       again.push(...Messages);
     }
     expect(again.map((m) => m.MessageAttributes!['message-id']!.StringValue).sort()).toEqual(['g2', 'g3']);
+  });
+});
+
+describe('FIFO ContentBasedDeduplication past the deduplication window', () => {
+  const ctx = sqsTestContext();
+  const realNow = Date.now;
+  afterEach(() => {
+    Date.now = realNow;
+  });
+
+  it('the same body sent again after the 5-minute window is a new message: with fallback it is processed again under its MessageId, not acked as a duplicate', async () => {
+    // An emulator of its own: the test moves the clock past SQS's deduplication window.
+    const server = await startFauxqs({ port: 0, logger: false });
+    const client = sqsClient(server.address);
+    try {
+      const { QueueUrl: queueUrl } = await client.send(
+        new CreateQueueCommand({
+          QueueName: 'content-dedup.fifo',
+          Attributes: { FifoQueue: 'true', ContentBasedDeduplication: 'true', VisibilityTimeout: '2' },
+        }),
+      );
+      const { QueueUrl: deadLetterQueueUrl } = await client.send(
+        new CreateQueueCommand({ QueueName: 'content-dedup-dlq.fifo', Attributes: { FifoQueue: 'true' } }),
+      );
+      const recorder = createOutcomeRecorder();
+      const consumer = createSqsConsumer({
+        client,
+        queueUrl: queueUrl!,
+        deadLetterQueueUrl,
+        handler: recorder.wrap(ctx.inbox()),
+        messageId: { fallback: true },
+        waitTimeSeconds: 1,
+      });
+      ctx.consumers.push(consumer);
+      await consumer.start();
+      const body = JSON.stringify({ user: 'u-1', award: 10 }); // a repeatable command: "award 10 points to u-1"
+      const first = await client.send(new SendMessageCommand({ QueueUrl: queueUrl, MessageBody: body, MessageGroupId: 'u-1' }));
+      await recorder.waitFor(first.MessageId!, { status: 'processed' });
+      Date.now = () => realNow() + 6 * 60_000;
+      const second = await client.send(new SendMessageCommand({ QueueUrl: queueUrl, MessageBody: body, MessageGroupId: 'u-1' }));
+      expect(second.MessageId).not.toBe(first.MessageId);
+      await recorder.waitFor(second.MessageId!, { status: 'processed' });
+      await waitFor('queue empty', async () => (await queueDepth(client, queueUrl!)) === 0);
+      expect(recorder.counts()).toEqual({ processed: 2 });
+      expect(await ctx.t.countEffects()).toBe(2);
+    } finally {
+      await Promise.all(ctx.consumers.splice(0).map((c) => c.stop()));
+      client.destroy();
+      await server.stop();
+    }
   });
 });

@@ -24,6 +24,24 @@ describe('message id extraction', () => {
     expect(idOf(message({ MessageAttributes: { id: { DataType: 'Binary', BinaryValue: Buffer.from('bin-id') } } }), { attribute: 'id' })).toBe('bin-id');
   });
 
+  it('a content-based deduplication id (SHA-256 hex of the UTF-8 body) is not an id; one the producer chose still is', () => {
+    // SHA-256 of the bodies as SQS computes it for ContentBasedDeduplication (lower-case hex).
+    const hashOfA1 = '015abd7f5cc57a2dd94b7590f04ad8084273905ee33ec5cebeae62276a97f862';
+    const hashOfCafe = 'a84c174531ab46d58aaeb9c85aed22981d418f25bead412cd282e97f427a0ba1';
+    expect(idOf(message({ Attributes: { MessageDeduplicationId: hashOfA1 } }))).toBeUndefined();
+    expect(idOf(message({ Attributes: { MessageDeduplicationId: hashOfA1.toUpperCase() } }))).toBeUndefined();
+    expect(idOf(message({ Body: '{"note":"café"}', Attributes: { MessageDeduplicationId: hashOfCafe } }))).toBeUndefined();
+    // Without another id it is dead-lettered as missing, or falls back to the SQS MessageId when asked.
+    expect(toInboxMessage(message({ Attributes: { MessageDeduplicationId: hashOfA1 } }), mapping, 'c', new Date(0))).toMatchObject({
+      ok: false,
+      outcome: { status: 'dead-letter', reason: 'missing-message-id' },
+    });
+    expect(idOf(message({ Attributes: { MessageDeduplicationId: hashOfA1 } }), { fallback: true })).toBe('sqs-id');
+    // The hash of another body, or any other producer id, is the producer's.
+    expect(idOf(message({ Body: '{"a":2}', Attributes: { MessageDeduplicationId: hashOfA1 } }))).toBe(hashOfA1);
+    expect(idOf(message({ Attributes: { MessageDeduplicationId: 'order-1' } }))).toBe('order-1');
+  });
+
   it('a Binary id attribute that is not well-formed UTF-8 is refused as invalid-message-id: two ids never become one', () => {
     for (const bytes of [
       [0xff, 0x41],

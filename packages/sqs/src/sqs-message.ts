@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import type { Message } from '@aws-sdk/client-sqs';
 import { describeError, InboxError, InboxErrorCodes, OutcomeReasons, type InboxMessage, type InboxOutcome } from '@inboxed/core';
 import {
@@ -75,11 +76,30 @@ export interface IdProblem {
 }
 
 /**
+ * The FIFO `MessageDeduplicationId` when the producer chose it, else undefined. On a queue with
+ * `ContentBasedDeduplication` SQS fills it in with the lower-case hex SHA-256 of the UTF-8 body: that
+ * names the content, not a send, so a repeatable command sent again after SQS's 5-minute window
+ * would be acked as a duplicate of the first. Such an id is not taken (compared case-insensitively;
+ * a producer id that happens to equal the body's hash is indistinguishable and not taken either).
+ */
+export function producerDeduplicationId(message: Message): string | undefined {
+  const deduplicationId = message.Attributes?.MessageDeduplicationId;
+  if (deduplicationId === undefined) return undefined;
+  return deduplicationId.toLowerCase() === sha256Hex(message.Body ?? '') ? undefined : deduplicationId;
+}
+
+/** Lower-case hex SHA-256 of `text` as UTF-8: what SQS puts in a content-based deduplication id. */
+function sha256Hex(text: string): string {
+  return createHash('sha256').update(text, 'utf8').digest('hex');
+}
+
+/**
  * The id of the *logical* message, in the contract's order: `extract(message)`, the id attribute,
- * the FIFO `MessageDeduplicationId` (SQS's own id of a logical send), then, only with `fallback`,
- * the SQS `MessageId`, which is stable across redeliveries of one send but not across producer
- * retries. An extractor that throws or returns something other than a string gives no id (the chain
- * does not go on: its answer was wrong, not absent), with the reason in `problem`.
+ * the FIFO `MessageDeduplicationId` when the producer set it (not a content-based one, see
+ * {@link producerDeduplicationId}), then, only with `fallback`, the SQS `MessageId`, which is stable
+ * across redeliveries of one send but not across producer retries. An extractor that throws or
+ * returns something other than a string gives no id (the chain does not go on: its answer was wrong,
+ * not absent), with the reason in `problem`.
  */
 export function messageIdOf(message: Message, mapping: MessageMapping): { id: string | undefined; problem?: IdProblem } {
   if (mapping.extract !== undefined) {
@@ -101,7 +121,7 @@ export function messageIdOf(message: Message, mapping: MessageMapping): { id: st
   }
   let id: string | undefined;
   try {
-    id = idAttribute(message, mapping.attribute) ?? message.Attributes?.MessageDeduplicationId;
+    id = idAttribute(message, mapping.attribute) ?? producerDeduplicationId(message);
   } catch (error) {
     return { id: undefined, problem: { reason: OutcomeReasons.INVALID_MESSAGE_ID, error: error as InboxError } };
   }

@@ -22,7 +22,8 @@ export interface SqsHandlerOptions extends Omit<ConsumerOptions<Message, 'attrib
   queueUrl: string;
   /**
    * Where the message id is, tried in this order: `extract(message)`, the `attribute` message
-   * attribute, the FIFO `MessageDeduplicationId`, then, only with `fallback: true`, the SQS
+   * attribute, the FIFO `MessageDeduplicationId` when the producer set it (not one SQS generated for
+   * `ContentBasedDeduplication`: that is the body's hash), then, only with `fallback: true`, the SQS
    * `MessageId` (stable across redeliveries, not across a producer's retries). No id: dead-lettered
    * as `missing-message-id`.
    * @defaultValue `{ attribute: 'message-id', fallback: false }`
@@ -37,7 +38,9 @@ export interface SqsHandlerOptions extends Omit<ConsumerOptions<Message, 'attrib
   /**
    * Where `dead-letter` and `conflict` outcomes go: a copy with the reason attributes is sent there,
    * then the original is deleted. Without it, the message is left to the queue's redrive policy (not
-   * deleted, visible again after `redeliveryBackoff` until `maxReceiveCount` moves it).
+   * deleted, visible again after `redeliveryBackoff` until `maxReceiveCount` moves it). SQS counts
+   * every receive, uncounted retries too: keep `maxReceiveCount` well above `maxAttempts` (`start()`
+   * reports `SQS_REDRIVE_RECEIVE_COUNT_LOW` otherwise).
    * @defaultValue none (the queue's redrive policy)
    */
   deadLetterQueueUrl?: string | undefined;
@@ -82,7 +85,11 @@ export interface SqsConsumerOptions extends SqsHandlerOptions, RetentionGuardOpt
   receiveMaxMessages?: number | undefined;
   /** Pollers running side by side, each receiving and processing its own messages, 1-1000. @defaultValue 1 */
   concurrency?: number | undefined;
-  /** Long-polling wait of each receive, 0-20 seconds. @defaultValue 20 */
+  /**
+   * Long-polling wait of each receive, 0-20 seconds. A receive with no answer 10 s past it is aborted
+   * (`SQS_RECEIVE_FAILED`). `0` (short polling) pauses 200 ms after an empty receive.
+   * @defaultValue 20
+   */
   waitTimeSeconds?: number | undefined;
   /** Backoff between failed receives (each reported as `SQS_RECEIVE_FAILED`, then `reconnect`). @defaultValue 1 s doubling to 30 s, full jitter */
   receiveBackoff?: BackoffOptions | undefined;

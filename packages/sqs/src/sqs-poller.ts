@@ -1,6 +1,7 @@
 import { type Message, ReceiveMessageCommand, type SQSClient } from '@aws-sdk/client-sqs';
 import { isInboxError } from '@inboxed/core';
 import { backoffDelay, type ConsumerEventEmitter } from '@inboxed/core/adapter';
+import { callWithTimeout, receiveTimeoutMs } from './sqs-call.js';
 import { SqsErrorCodes, toSqsError } from './sqs-errors.js';
 import type { ReceiveSettings } from './sqs-options.js';
 
@@ -23,10 +24,17 @@ export interface PollerContext {
 }
 
 /**
+ * How long a poller waits after an empty short poll (`waitTimeSeconds: 0`): SQS answers those at
+ * once, so without a pause an idle queue would be asked about a thousand times a second.
+ */
+export const EMPTY_SHORT_POLL_PAUSE_MS = 200;
+
+/**
  * One poller: long-polls the queue and processes each receive before the next, so at most
- * `receiveMaxMessages` deliveries per poller are in flight. A failed receive is reported
- * (`SQS_RECEIVE_FAILED`) and retried after `receiveBackoff`; the first success after failures
- * emits `reconnect`.
+ * `receiveMaxMessages` deliveries per poller are in flight. A failed receive (a long poll with no
+ * answer `RECEIVE_TIMEOUT_MARGIN_MS` past its wait included) is reported (`SQS_RECEIVE_FAILED`) and
+ * retried after `receiveBackoff`; the first success after failures emits `reconnect`. An empty short
+ * poll is followed by a pause of {@link EMPTY_SHORT_POLL_PAUSE_MS}.
  */
 export async function poll(ctx: PollerContext): Promise<void> {
   const { events, signal } = ctx;
@@ -54,7 +62,10 @@ export async function poll(ctx: PollerContext): Promise<void> {
       events.emit('reconnect', { attempt: failures, delayMs: lastDelayMs });
       failures = 0;
     }
-    if (messages.length === 0) continue;
+    if (messages.length === 0) {
+      if (ctx.settings.waitTimeSeconds === 0) await abortableSleep(EMPTY_SHORT_POLL_PAUSE_MS, signal);
+      continue;
+    }
     try {
       await ctx.process(messages, new Date());
     } catch (error) {
@@ -65,20 +76,29 @@ export async function poll(ctx: PollerContext): Promise<void> {
   }
 }
 
+/**
+ * One `ReceiveMessage`, aborted by `stop()` or when it outlasts its wait by
+ * `RECEIVE_TIMEOUT_MARGIN_MS` (a hung connection would otherwise hold it for the SDK's 15-minute
+ * socket timeout, with the consumer looking healthy).
+ */
 async function receive(ctx: PollerContext): Promise<Message[]> {
-  const result = await ctx.client.send(
-    new ReceiveMessageCommand({
-      QueueUrl: ctx.queueUrl,
-      MaxNumberOfMessages: ctx.settings.receiveMaxMessages,
-      WaitTimeSeconds: ctx.settings.waitTimeSeconds,
-      VisibilityTimeout: ctx.visibilityTimeoutSeconds,
-      MessageAttributeNames: ['All'],
-      MessageSystemAttributeNames: ['All'],
-      // The deprecated name too: SDKs before MessageSystemAttributeNames existed (the peer range
-      // starts at 3.447) drop the new field, and without system attributes FIFO groups are unknown.
-      AttributeNames: ['All'],
-    }),
-    { abortSignal: ctx.signal },
+  const { waitTimeSeconds } = ctx.settings;
+  const command = new ReceiveMessageCommand({
+    QueueUrl: ctx.queueUrl,
+    MaxNumberOfMessages: ctx.settings.receiveMaxMessages,
+    WaitTimeSeconds: waitTimeSeconds,
+    VisibilityTimeout: ctx.visibilityTimeoutSeconds,
+    MessageAttributeNames: ['All'],
+    MessageSystemAttributeNames: ['All'],
+    // The deprecated name too: SDKs before MessageSystemAttributeNames existed (the peer range
+    // starts at 3.447) drop the new field, and without system attributes FIFO groups are unknown.
+    AttributeNames: ['All'],
+  });
+  const result = await callWithTimeout(
+    'ReceiveMessage',
+    receiveTimeoutMs(waitTimeSeconds),
+    (abortSignal) => ctx.client.send(command, { abortSignal }),
+    ctx.signal,
   );
   return result.Messages ?? [];
 }

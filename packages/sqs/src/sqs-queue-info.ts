@@ -1,4 +1,5 @@
 import { GetQueueAttributesCommand, type SQSClient } from '@aws-sdk/client-sqs';
+import { callWithTimeout, SQS_CALL_TIMEOUT_MS } from './sqs-call.js';
 import { SqsErrorCodes, toSqsError } from './sqs-errors.js';
 
 /** What the adapter needs to know about a queue, read once with `GetQueueAttributes`. */
@@ -16,9 +17,11 @@ export interface QueueInfo {
 export async function readQueueInfo(client: SQSClient, queueUrl: string): Promise<QueueInfo> {
   let attributes: Record<string, string>;
   try {
-    const result = await client.send(
-      new GetQueueAttributesCommand({ QueueUrl: queueUrl, AttributeNames: ['VisibilityTimeout', 'RedrivePolicy', 'FifoQueue', 'MessageRetentionPeriod'] }),
-    );
+    const command = new GetQueueAttributesCommand({
+      QueueUrl: queueUrl,
+      AttributeNames: ['VisibilityTimeout', 'RedrivePolicy', 'FifoQueue', 'MessageRetentionPeriod'],
+    });
+    const result = await callWithTimeout('GetQueueAttributes', SQS_CALL_TIMEOUT_MS, (abortSignal) => client.send(command, { abortSignal }));
     attributes = result.Attributes ?? {};
   } catch (error) {
     throw toSqsError(SqsErrorCodes.QUEUE_UNAVAILABLE, `cannot read the attributes of ${queueUrl}`, error, { details: { queueUrl } });

@@ -141,7 +141,8 @@ describe('settling messages on a real SQS API: deletes, dead-letters, redrive, s
     expect(await h.pending()).toBe(0);
     expect(destinations.length).toBeGreaterThanOrEqual(1);
     expect(destinations[0]).toMatch(/^redrive-policy:arn:/);
-    expect(ctx.errors).toEqual([]);
+    // maxReceiveCount 2 is what this test needs, and start() says it is too low for real use.
+    expect(ctx.errors.map((e) => e.code)).toEqual([SqsErrorCodes.REDRIVE_RECEIVE_COUNT_LOW]);
   });
 
   it('without a DLQ URL or a redrive policy, start() reports SQS_NO_DEAD_LETTER_TARGET', async () => {
