@@ -18,18 +18,30 @@ function recordingChannel() {
 }
 
 describe('coalescedAcks', () => {
-  it('acks a settled run with one multiple ack, and holds later ones until older ones settle', async () => {
+  it('acks a settled run with one multiple ack; a delivery settled behind a running one is acked on its own before its ack resolves', async () => {
     const { channel, frames } = recordingChannel();
     const acks = coalescedAcks(channel);
     for (const tag of [1, 2, 3, 4, 5]) acks.received(delivery(tag));
     await Promise.all([acks.ack(delivery(3)), acks.ack(delivery(2))]);
-    expect(frames).toEqual([]); // 1 is still running: 2 and 3 wait, unacked
+    // 1 is still running: 2 and 3 cannot be covered by a multiple ack, so each goes out alone, and only then counts as settled.
+    expect(frames).toEqual(['ack 2', 'ack 3']);
     await acks.ack(delivery(1));
-    expect(frames).toEqual(['ack 3 multiple']);
+    expect(frames).toEqual(['ack 2', 'ack 3', 'ack 1 multiple']);
     acks.requeue(delivery(4)); // sent alone, at once, so no multiple ack covers it
-    expect(frames).toEqual(['ack 3 multiple', 'nack 4']);
+    expect(frames).toEqual(['ack 2', 'ack 3', 'ack 1 multiple', 'nack 4']);
     await acks.ack(delivery(5));
-    expect(frames).toEqual(['ack 3 multiple', 'nack 4', 'ack 5 multiple']);
+    expect(frames).toEqual(['ack 2', 'ack 3', 'ack 1 multiple', 'nack 4', 'ack 5 multiple']);
+  });
+
+  it('in-order settling keeps one frame per turn: the run goes out as one multiple ack, what settled behind the gap one ack each', async () => {
+    const { channel, frames } = recordingChannel();
+    const acks = coalescedAcks(channel);
+    for (let tag = 1; tag <= 10; tag++) acks.received(delivery(tag));
+    // 1-4 and 6-7 settle in one turn; 5 is still running.
+    await Promise.all([1, 2, 3, 4, 6, 7].map((tag) => acks.ack(delivery(tag))));
+    expect(frames).toEqual(['ack 4 multiple', 'ack 6', 'ack 7']);
+    await Promise.all([5, 8, 9, 10].map((tag) => acks.ack(delivery(tag))));
+    expect(frames).toEqual(['ack 4 multiple', 'ack 6', 'ack 7', 'ack 10 multiple']);
   });
 
   it('a batch settled in one turn, each delivery by its own promise job, goes out as one frame, before any ack resolves', async () => {

@@ -158,4 +158,34 @@ describe('createAmqpConsumer in batch mode (withInboxBatch)', () => {
     expect([...perMessage.values()].every((n) => n === 1)).toBe(true);
     expect(k.recorder.counts()).toEqual({ processed: total });
   });
+
+  it('a delivery settled behind a batch still in its transaction is acked at once: a connection loss then gives no second dead-letter copy', async () => {
+    const name = `${k.h.queue}-behind`;
+    let slow = true;
+    const consumer = k.consume(
+      k.batchProcessor(async () => {
+        if (slow) await new Promise((resolve) => setTimeout(resolve, 3000));
+      }),
+      { connectionName: name, batchSize: 10, batchWaitMs: 20 },
+    );
+    const dead: string[] = [];
+    consumer.on('dead_letter', (o) => dead.push(o.messageId));
+    await consumer.start();
+    await k.h.publish([{ id: 'slow-1', payload: { a: 1 } }]);
+    await waitFor("slow-1's batch in its transaction", () => consumer.status().inFlight === 1, 5000);
+    await k.h.publishRaw(Buffer.from('not json'), { messageId: 'bad-1', contentType: 'application/json' });
+    await waitFor('bad-1 dead-lettered', () => dead.includes('bad-1'), 5000);
+    // The event said settled: bad-1 must be acked by now, so a connection loss cannot bring it back.
+    expect(await k.h.closeConnectionsNamed(name)).toBe(1);
+    slow = false;
+    await waitFor('slow-1 processed', async () => (await k.t.countEffects('slow-1')) === 1, 20_000);
+    await waitFor('everything settled', async () => (await k.h.pending()) === 0, 20_000);
+    await consumer.stop();
+
+    const copies = (await k.h.drain(k.h.deadLetterQueue)).map((d) => d.properties.messageId);
+    expect(copies).toEqual(['bad-1']);
+    expect(dead.filter((id) => id === 'bad-1')).toHaveLength(1);
+    const rows = await k.t.query<{ n: number }>(`select count(*)::int as n from "${k.t.schema}".inbox_dead_letters where message_id = 'bad-1'`);
+    expect(rows[0]!.n).toBe(1);
+  });
 });

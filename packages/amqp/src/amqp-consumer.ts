@@ -1,17 +1,11 @@
 import { isInboxError } from '@inboxed/core';
-import {
-  backoffDelay,
-  checkTablesAtStart,
-  ConsumerEventEmitter,
-  ConsumerLifecycle,
-  guardRetentionAtStart,
-  type InboxConsumer,
-  InFlight,
-} from '@inboxed/core/adapter';
+import { checkTablesAtStart, ConsumerEventEmitter, ConsumerLifecycle, guardRetentionAtStart, type InboxConsumer, InFlight } from '@inboxed/core/adapter';
 import { createDeliveryHandler } from './amqp-deliveries.js';
 import { AmqpErrorCodes, toAmqpError } from './amqp-errors.js';
 import { resolveMessageId } from './amqp-message.js';
 import { type AmqpConsumerOptions, resolveConsumerOptions } from './amqp-options.js';
+import { rateLimitedErrorsOf } from './amqp-rate-limit.js';
+import { ReconnectPacing } from './amqp-reconnect.js';
 import { amqpRedeliveryHorizon } from './amqp-retention.js';
 import { cancelSession, closeSession, openSession, type Session, type SessionConfig } from './amqp-session.js';
 import { resolveTopology } from './amqp-topology.js';
@@ -74,6 +68,8 @@ export function createAmqpConsumer(options: AmqpConsumerOptions): InboxConsumer 
     prefetch: resolved.prefetch,
   };
   const events = new ConsumerEventEmitter(options.logger);
+  const lossReports = rateLimitedErrorsOf(events);
+  const pacing = new ReconnectPacing(resolved.reconnect);
   const inFlight = new InFlight();
   const name = `amqp consumer of ${topology.queue}`;
   let current: Session | undefined;
@@ -106,7 +102,7 @@ export function createAmqpConsumer(options: AmqpConsumerOptions): InboxConsumer 
   /** Reopens the session with backoff until it works or the consumer stops (then `undefined`). */
   async function reopen(signal: AbortSignal): Promise<Session | undefined> {
     for (let attempt = 1; !signal.aborted; attempt++) {
-      const delayMs = backoffDelay(attempt, resolved.reconnect);
+      const delayMs = pacing.delayMs(attempt);
       await pause(delayMs, signal);
       if (signal.aborted) return undefined;
       try {
@@ -131,30 +127,41 @@ export function createAmqpConsumer(options: AmqpConsumerOptions): InboxConsumer 
     return undefined;
   }
 
-  /** Watches the session; when it is lost, reports it, closes what is left of it and reopens it. */
+  /**
+   * Reports a lost session: the first loss of a cause at once, then at most once per 30 s per
+   * cause (a broker that closes every new session, e.g. on a copy to a missing exchange, must not
+   * flood the `error` listener), with the count in `details.retriesSinceLastReport`.
+   */
+  function reportLoss(reason: unknown): void {
+    const error =
+      isInboxError(reason) && reason.code === AmqpErrorCodes.CONSUMER_CANCELLED
+        ? reason
+        : toAmqpError(AmqpErrorCodes.CONNECTION_LOST, `lost the RabbitMQ connection of ${topology.queue}; reconnecting`, reason, {
+            details: { queue: topology.queue },
+          });
+    lossReports.report(`${error.code}:${String(error.details.amqpCode ?? '')}`, error);
+  }
+
+  /** Watches the session; when it is lost, reports it, closes what is left of it and reopens it (paced across sessions that die young). */
   async function supervise(first: Session, signal: AbortSignal): Promise<void> {
     let session: Session | undefined = first;
+    let openedAt = Date.now();
     while (session !== undefined && !signal.aborted) {
       const stop = aborted(signal);
       const reason = await Promise.race([session.lost, stop.promise]);
       stop.release();
       if (signal.aborted) return;
+      pacing.lost(openedAt);
       lifecycle.reconnecting();
       events.logger.warn({ queue: topology.queue }, 'connection lost; reconnecting');
-      events.emit(
-        'error',
-        isInboxError(reason) && reason.code === AmqpErrorCodes.CONSUMER_CANCELLED
-          ? reason
-          : toAmqpError(AmqpErrorCodes.CONNECTION_LOST, `lost the RabbitMQ connection of ${topology.queue}; reconnecting`, reason, {
-              details: { queue: topology.queue },
-            }),
-      );
+      reportLoss(reason);
       // Its unacked deliveries go back to the queue (a partial batch is dropped, not processed):
       // handlers still running on it fail to ack, and their redeliveries resolve as `duplicate`.
       session.handler.discard();
       if (current === session) current = undefined;
       await closeSession(session);
       session = await reopen(signal);
+      openedAt = Date.now();
     }
   }
 

@@ -1,6 +1,7 @@
 import type { InboxOutcome } from '@inboxed/core';
 import { deadLetterHeaders } from '@inboxed/core/adapter';
 import type { ConsumeMessage } from 'amqplib';
+import { publishCopy } from './amqp-header-budget.js';
 import { ORIGINAL_QUEUE_HEADER } from './amqp-message.js';
 import { copyProperties, type ConfirmedPublisher } from './amqp-publisher.js';
 import type { Topology } from './amqp-topology.js';
@@ -20,7 +21,9 @@ export function deadLetterDestination(topology: Topology): string {
  * @internal Publishes a `dead-letter` or `conflict` outcome's copy to the dead-letter target: the
  * original body and properties, the original headers plus the core's dead-letter headers (reason,
  * error, error code, consumer, message id, attempts) and where it came from. Resolves once the
- * broker confirmed and routed it; only then may the original be acked.
+ * broker confirmed and routed it; only then may the original be acked. Original headers that would
+ * not fit amqplib's encoding buffer are left out (`x-inboxed-headers-dropped`), the reason headers
+ * never; a copy that cannot be encoded at all rejects with `AMQP_COPY_UNENCODABLE`.
  */
 export async function publishDeadLetter(
   publisher: ConfirmedPublisher,
@@ -29,13 +32,20 @@ export async function publishDeadLetter(
   outcome: InboxOutcome,
   id: string | undefined,
 ): Promise<void> {
-  const headers = {
-    ...delivery.properties.headers,
+  const own = {
     ...deadLetterHeaders(outcome),
     [ORIGINAL_QUEUE_HEADER]: topology.queue,
     [ORIGINAL_EXCHANGE_HEADER]: delivery.fields.exchange,
     [ORIGINAL_ROUTING_KEY_HEADER]: delivery.fields.routingKey,
   };
   const { exchange, routingKey } = topology.deadLetter;
-  await publisher.publish(exchange, routingKey, delivery.content, { ...copyProperties(delivery, id), headers }, [outcome.messageId]);
+  await publishCopy(publisher, {
+    exchange,
+    routingKey,
+    content: delivery.content,
+    properties: copyProperties(delivery, id),
+    original: delivery.properties.headers,
+    own,
+    messageIds: [outcome.messageId],
+  });
 }

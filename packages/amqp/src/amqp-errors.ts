@@ -16,6 +16,11 @@ export const AmqpErrorCodes = {
   PUBLISH_FAILED: 'AMQP_PUBLISH_FAILED',
   /** A retry or dead-letter copy was returned as unroutable (its queue or exchange is missing); the original was requeued. */
   UNROUTABLE: 'AMQP_UNROUTABLE',
+  /**
+   * A retry or dead-letter copy could not be encoded (amqplib threw), even with the original headers
+   * left out: a retry is dead-lettered instead; a dead-letter is kept (requeued), reported at most once per 30 s.
+   */
+  COPY_UNENCODABLE: 'AMQP_COPY_UNENCODABLE',
   /** An ack or nack could not be sent (its channel closed); the broker redelivers the message, which then resolves as `duplicate`. */
   ACK_FAILED: 'AMQP_ACK_FAILED',
   /** The broker cancelled the consumer (queue deleted, node failover); the consumer re-subscribes. */

@@ -1,6 +1,9 @@
+import { execFile } from 'node:child_process';
+import { type InboxError, PermanentError } from '@inboxed/core';
 import type { ConsumerStatus, InboxLogger } from '@inboxed/core/adapter';
 import { waitFor } from '@inboxed/test-support';
-import amqp from 'amqplib';
+import { uniqueName } from '@inboxed/test-support/unique-name';
+import amqp, { type ConfirmChannel, type Options } from 'amqplib';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { type AmqpTestKit, createAmqpTestKit } from '../test/amqp-test-kit.js';
 
@@ -108,5 +111,226 @@ describe('RabbitMQ faults: server-side disconnects, consumer cancel notification
     } finally {
       await connection.close();
     }
+  });
+});
+
+function rabbitmqctl(args: string[]): Promise<string> {
+  return new Promise((resolve, reject) => execFile('rabbitmqctl', args, { timeout: 30_000 }, (error, stdout) => (error ? reject(error) : resolve(stdout))));
+}
+
+const text = (value: unknown) => (Buffer.isBuffer(value) ? value.toString('utf8') : value === undefined ? undefined : String(value));
+const deadLetterRows = async (k: AmqpTestKit, id: string) =>
+  (await k.t.query<{ n: number }>(`select count(*)::int as n from "${k.t.schema}".inbox_dead_letters where message_id = '${id}'`))[0]!.n;
+
+/**
+ * A connection whose confirm channels publish like amqplib 0.10 when `unencodable` says so: the
+ * confirm callback is registered, then the encoding throws (a RangeError, as for a header table
+ * over 64 KiB), leaving a callback for a message never sent. Counts the confirm channels opened.
+ */
+async function connectionWithUnencodableCopies(url: string, name: string, unencodable: (routingKey: string, options: Options.Publish) => boolean) {
+  const connection = await amqp.connect(url, { clientProperties: { connection_name: name } });
+  connection.on('error', () => {});
+  const createConfirmChannel = connection.createConfirmChannel.bind(connection);
+  const opened = { confirmChannels: 0 };
+  connection.createConfirmChannel = async () => {
+    const channel = await createConfirmChannel();
+    opened.confirmChannels++;
+    const publish = channel.publish.bind(channel);
+    channel.publish = ((exchange: string, routingKey: string, content: Buffer, options: Options.Publish, callback: (error: unknown) => void) => {
+      if (!unencodable(routingKey, options)) return publish(exchange, routingKey, content, options, callback);
+      (channel as unknown as { pushConfirmCallback(cb: unknown): void }).pushConfirmCallback(callback);
+      throw new RangeError('Encoded field table (headers or arguments) exceeds the 65536 byte encoding buffer');
+    }) as ConfirmChannel['publish'];
+    return channel;
+  };
+  return { connection, opened };
+}
+
+// Copies amqplib cannot encode as they are, and a broker that closes every new session.
+describe('RabbitMQ faults: copies too large to encode, a publish that throws, a missing dead-letter exchange', () => {
+  let k: AmqpTestKit;
+  beforeEach(async () => {
+    k = await createAmqpTestKit('amqp_copy');
+  });
+  afterEach(async () => {
+    await k.close();
+  });
+
+  it('a message with ~64 KiB of headers is dead-lettered once, its largest header dropped and named, reason headers, id and body kept', async () => {
+    const consumer = k.consume(k.processor(), { requeueDelayMs: 100 });
+    const errors: InboxError[] = [];
+    consumer.on('error', (e) => errors.push(e));
+    await consumer.start();
+    await k.h.publishRaw(Buffer.from('not json'), {
+      contentType: 'application/json',
+      headers: { 'message-id': 'big-dl', pad: 'x'.repeat(64_900), small: 'kept' },
+    });
+    await waitFor('the dead-letter copy', async () => (await k.h.depth(k.h.deadLetterQueue)) === 1, 20_000);
+    await waitFor('everything settled', async () => (await k.h.pending()) === 0, 20_000);
+    await consumer.stop();
+
+    const [copy] = await k.h.drain(k.h.deadLetterQueue);
+    const headers = copy!.properties.headers ?? {};
+    expect(text(headers['x-inboxed-reason'])).toBe('unparseable-body');
+    expect(text(headers['x-inboxed-message-id'])).toBe('big-dl');
+    expect(headers['x-inboxed-headers-dropped']).toEqual(['pad']);
+    expect(headers.pad).toBeUndefined();
+    expect(text(headers.small)).toBe('kept');
+    expect(text(headers['message-id'])).toBe('big-dl');
+    expect(copy!.properties.messageId).toBe('big-dl');
+    expect(copy!.content.toString()).toBe('not json');
+    expect(await deadLetterRows(k, 'big-dl')).toBe(1);
+    expect(errors.map((e) => e.code)).toEqual([]);
+  });
+
+  it('a failing handler on a message with 65,400 bytes of headers is retried within maxAttempts, then dead-lettered', async () => {
+    let calls = 0;
+    const consumer = k.consume(
+      k.processor(
+        () => {
+          calls++;
+          throw new Error('boom');
+        },
+        { maxAttempts: 3 },
+      ),
+      { requeueDelayMs: 100 },
+    );
+    const errors: InboxError[] = [];
+    consumer.on('error', (e) => errors.push(e));
+    await consumer.start();
+    await k.h.publishRaw({ n: 1 }, { messageId: 'big-retry', headers: { pad: 'x'.repeat(65_400) } });
+    await waitFor('the dead-letter copy', async () => (await k.h.depth(k.h.deadLetterQueue)) === 1, 20_000);
+    await waitFor('everything settled', async () => (await k.h.pending()) === 0, 20_000);
+    await consumer.stop();
+
+    expect(calls).toBe(3);
+    expect(await k.t.countEffects()).toBe(0);
+    const [copy] = await k.h.drain(k.h.deadLetterQueue);
+    const headers = copy!.properties.headers ?? {};
+    expect(text(headers['x-inboxed-reason'])).toBe('max-attempts-exceeded');
+    expect(text(headers['x-inboxed-attempt'])).toBe('3');
+    expect(headers['x-inboxed-headers-dropped']).toEqual(['pad']);
+    expect(k.recorder.counts()).toMatchObject({ retry: 2, 'dead-letter': 1 });
+    expect(errors.map((e) => e.code)).toEqual([]);
+  });
+
+  it('a retry copy that cannot be encoded at all is dead-lettered instead (copy-unencodable), through a fresh confirm channel', async () => {
+    const name = `${k.h.queue}-unencodable-retry`;
+    const { connection, opened } = await connectionWithUnencodableCopies(k.h.url, name, (routingKey) => routingKey.includes('.retry.'));
+    try {
+      const consumer = k.consume(
+        k.processor(() => {
+          throw new Error('transient');
+        }),
+        { url: undefined, connection },
+      );
+      const dead: string[] = [];
+      consumer.on('dead_letter', (o) => dead.push(`${o.messageId}:${o.reason}`));
+      await consumer.start();
+      await k.h.publishRaw({ n: 1 }, { messageId: 'r-1', headers: { note: 'original' } });
+      await waitFor('the dead-letter copy', async () => (await k.h.depth(k.h.deadLetterQueue)) === 1, 20_000);
+      await waitFor('everything settled', async () => (await k.h.pending()) === 0, 20_000);
+      await consumer.stop();
+
+      expect(dead).toEqual(['r-1:copy-unencodable']);
+      const [copy] = await k.h.drain(k.h.deadLetterQueue);
+      expect(text(copy!.properties.headers?.['x-inboxed-error-code'])).toBe('AMQP_COPY_UNENCODABLE');
+      expect(text(copy!.properties.headers?.note)).toBe('original');
+      expect(await deadLetterRows(k, 'r-1')).toBe(1);
+      expect(await k.t.countEffects()).toBe(0);
+      expect(opened.confirmChannels).toBe(3); // the first, and one fresh after each of the two throws (with, then without the original headers)
+    } finally {
+      await connection.close().catch(() => undefined);
+    }
+  });
+
+  it('amqplib 0.10 order (confirm callback registered, then the encode throws): later confirms are not misattributed, a nacked copy never acks its original', async () => {
+    const name = `${k.h.queue}-legacy`;
+    const policy = uniqueName('amqp_copy_reject');
+    // The 100 ms retry queue refuses every copy (nack): a retry to it must requeue its original, never ack it.
+    await rabbitmqctl([
+      'set_policy',
+      policy,
+      `^${k.h.retryQueues[0]!.replace(/\./g, '\\.')}$`,
+      '{"max-length":0,"overflow":"reject-publish"}',
+      '--apply-to',
+      'queues',
+    ]);
+    const { connection } = await connectionWithUnencodableCopies(k.h.url, name, (_routingKey, options) => options.messageId === 'unencodable');
+    try {
+      await new Promise((resolve) => setTimeout(resolve, 500)); // the policy reaches the queue
+      const consumer = k.consume(
+        k.processor(
+          (m) => {
+            if (m.id === 'unencodable' || m.id === 'B') throw new PermanentError('poison');
+            if (m.id === 'A') throw new Error('transient');
+          },
+          { backoff: { baseDelayMs: 50, maxDelayMs: 50 } },
+        ),
+        { url: undefined, connection, requeueDelayMs: 60_000, stopTimeoutMs: 1000 },
+      );
+      const errors: InboxError[] = [];
+      consumer.on('error', (e) => errors.push(e));
+      const events: string[] = [];
+      consumer.on('retry', (o) => events.push(`retry:${o.messageId}`));
+      consumer.on('dead_letter', (o) => events.push(`dead_letter:${o.messageId}`));
+      await consumer.start();
+      await k.h.publishRaw({ n: 0 }, { messageId: 'unencodable' });
+      await waitFor('the unencodable copy reported', () => errors.some((e) => e.code === 'AMQP_COPY_UNENCODABLE'), 10_000);
+      await k.h.publishRaw({ n: 1 }, { messageId: 'A' });
+      await waitFor("A's copy refused", () => errors.some((e) => e.code === 'AMQP_PUBLISH_FAILED' && e.messageIds.includes('A')), 10_000);
+      await k.h.publishRaw({ n: 2 }, { messageId: 'B' });
+      await waitFor('B dead-lettered', () => events.includes('dead_letter:B'), 10_000);
+      await consumer.stop();
+
+      expect(events).toEqual(['dead_letter:B']);
+      expect(errors.filter((e) => e.code === 'AMQP_COPY_UNENCODABLE')).toHaveLength(1);
+      const dlq = (await k.h.drain(k.h.deadLetterQueue)).map((d) => d.properties.messageId);
+      expect(dlq).toEqual(['B']);
+      // Unacked at stop, so back in the work queue: the unencodable one (kept) and A (its copy was refused). B was acked.
+      const back = (await k.h.drain(k.h.queue)).map((d) => d.properties.messageId).sort();
+      expect(back).toEqual(['A', 'unencodable']);
+      expect(await k.t.countEffects()).toBe(0);
+    } finally {
+      await rabbitmqctl(['clear_policy', policy]).catch(() => undefined);
+      await connection.close().catch(() => undefined);
+    }
+  });
+
+  it('a dead-letter exchange that does not exist (assertTopology: false): reconnects back off, the cause is reported once, nothing is lost', async () => {
+    const queue = k.h.queue;
+    const consumer = k.consume(
+      k.processor((m) => {
+        if (m.id === 'poison') throw new PermanentError('poison');
+      }),
+      {
+        assertTopology: false,
+        deadLetter: { exchange: uniqueName('amqp_missing_dlx') },
+        requeueDelayMs: 100,
+        reconnect: { baseDelayMs: 100, maxDelayMs: 800, jitter: 'none' },
+      },
+    );
+    const lost: InboxError[] = [];
+    consumer.on('error', (e) => {
+      if (e.code === 'AMQP_CONNECTION_LOST' && !e.message.includes('reconnect attempt')) lost.push(e);
+    });
+    const delays: number[] = [];
+    consumer.on('reconnect', ({ delayMs }) => delays.push(delayMs));
+    await consumer.start();
+    await k.h.publishRaw({}, { messageId: 'poison' });
+    await k.h.publish(Array.from({ length: 20 }, (_, i) => ({ id: `ok-${i}`, payload: { i } })));
+    await new Promise((resolve) => setTimeout(resolve, 4000));
+    await consumer.stop();
+
+    // Before: ~20 reconnects in 4 s at the base delay. Now each young session's loss doubles the wait, up to the cap.
+    expect(delays.length).toBeGreaterThanOrEqual(2);
+    expect(delays.length).toBeLessThanOrEqual(7);
+    expect(delays).toEqual([...delays].sort((a, b) => a - b));
+    expect(delays.at(-1)).toBeGreaterThanOrEqual(400);
+    expect(lost).toHaveLength(1);
+    expect(lost[0]!.details.amqpCode).toBe(404);
+    expect(await k.h.depth(queue)).toBe(1); // the poison is kept, never acked without its copy
+    expect((await k.effectsPerMessage()).size).toBe(20);
+    expect(await k.h.depth(k.h.deadLetterQueue)).toBe(0);
   });
 });

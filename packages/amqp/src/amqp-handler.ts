@@ -13,7 +13,10 @@ export interface AmqpMessageHandlerOptions extends Omit<ConsumerOptions<ConsumeM
   /** The work queue the channel consumes (retry copies come back to it). @defaultValue none (required) */
   queue: string;
   /**
-   * Confirm channel for retry and dead-letter copies.
+   * Confirm channel for retry and dead-letter copies. If a publish on it throws (a copy amqplib
+   * cannot encode), the handler closes it: its confirms could no longer be matched to their copies
+   * (amqplib 0.10). Later copies then fail (`AMQP_PUBLISH_FAILED`, originals requeued) until you
+   * create a new handler with a fresh channel; `createAmqpConsumer` replaces it itself.
    * @defaultValue the consuming channel itself, when it is a confirm channel (`connection.createConfirmChannel()`); otherwise required
    */
   publishChannel?: ConfirmChannel;

@@ -1,6 +1,7 @@
 import { OutcomeReasons, type InboxOutcome } from '@inboxed/core';
 import { redeliverAfterMs } from '@inboxed/core/adapter';
 import type { ConsumeMessage } from 'amqplib';
+import { publishCopy } from './amqp-header-budget.js';
 import { ATTEMPT_HEADER, attemptOf, ORIGINAL_QUEUE_HEADER } from './amqp-message.js';
 import { copyProperties, type ConfirmedPublisher } from './amqp-publisher.js';
 
@@ -38,7 +39,8 @@ export function retriedAttempt(delivery: ConsumeMessage, outcome: InboxOutcome):
  * Publishes the copy of a delivery to redeliver later (a `retry` or a `busy` outcome) to the retry
  * queue whose delay fits its `retryAfterMs` (through the default exchange), and resolves once the
  * broker confirmed and routed it. The queue's TTL dead-letters it back to the work queue after the
- * delay.
+ * delay. Headers that would not fit amqplib's encoding buffer are left out (`x-inboxed-headers-dropped`);
+ * a copy that cannot be encoded at all rejects with `AMQP_COPY_UNENCODABLE`.
  */
 export async function publishRetryCopy(
   publisher: ConfirmedPublisher,
@@ -47,11 +49,17 @@ export async function publishRetryCopy(
   outcome: InboxOutcome,
   id: string | undefined,
 ): Promise<void> {
-  const headers = { ...delivery.properties.headers };
+  const { [ATTEMPT_HEADER]: _previousAttempt, ...original } = delivery.properties.headers ?? {};
   const attempt = retriedAttempt(delivery, outcome);
-  if (attempt > 0) headers[ATTEMPT_HEADER] = attempt;
-  else delete headers[ATTEMPT_HEADER];
-  headers[ORIGINAL_QUEUE_HEADER] = topology.queue;
+  const own = { ...(attempt > 0 ? { [ATTEMPT_HEADER]: attempt } : {}), [ORIGINAL_QUEUE_HEADER]: topology.queue };
   const delay = retryTierFor(redeliverAfterMs(outcome), topology.retryDelaysMs);
-  await publisher.publish('', retryQueueName(topology.queue, delay), delivery.content, { ...copyProperties(delivery, id), headers }, [outcome.messageId]);
+  await publishCopy(publisher, {
+    exchange: '',
+    routingKey: retryQueueName(topology.queue, delay),
+    content: delivery.content,
+    properties: copyProperties(delivery, id),
+    original,
+    own,
+    messageIds: [outcome.messageId],
+  });
 }

@@ -1,8 +1,8 @@
-import amqp, { type Channel, type ConfirmChannel, type Options } from 'amqplib';
+import amqp, { type Channel, type Options } from 'amqplib';
 import type { DeliveryHandler } from './amqp-deliveries.js';
 import { AmqpErrorCodes, toAmqpError } from './amqp-errors.js';
 import type { AmqpConnection } from './amqp-options.js';
-import { ConfirmedPublisher } from './amqp-publisher.js';
+import { ConfirmedPublisher, type ReplacePublishChannel } from './amqp-publisher.js';
 import { assertTopology, type Topology } from './amqp-topology.js';
 
 /** @internal How to open a session: where to connect, what to declare, how much to prefetch. */
@@ -30,7 +30,8 @@ export interface SessionChannels {
 export interface Session {
   connection: AmqpConnection;
   consumeChannel: Channel;
-  publishChannel: ConfirmChannel;
+  /** Publishes copies on the session's confirm channel (replaced when a publish threw). */
+  publisher: ConfirmedPublisher;
   consumerTag: string;
   handler: DeliveryHandler;
   /** Resolves with the reason once the connection or one of the channels went away. */
@@ -85,12 +86,34 @@ export async function openSession(config: SessionConfig, createHandler: (channel
     connection.off('close', onClose);
   };
   const channels: Channel[] = [];
+  /** Stops watching a channel, by channel: a publish channel the publisher gives up must not end the session. */
+  const unwatchers = new Map<Channel, () => void>();
   const watch = <C extends Channel>(channel: C, name: string): C => {
     channels.push(channel);
     let failure: unknown;
-    channel.on('error', (error: unknown) => (failure = error));
-    channel.on('close', () => markLost(failure ?? new Error(`${name} channel closed`)));
+    const onError = (error: unknown) => (failure = error);
+    const onClose = () => markLost(failure ?? new Error(`${name} channel closed`));
+    channel.on('error', onError);
+    channel.on('close', onClose);
+    unwatchers.set(channel, () => {
+      channel.off('close', onClose);
+      // Keep an 'error' listener: an error without one would crash the process.
+      channel.off('error', onError);
+      channel.on('error', () => {});
+    });
     return channel;
+  };
+  /** A fresh confirm channel for the publisher in place of one it gave up; failing to open one ends the session. */
+  const replacePublishChannel: ReplacePublishChannel = async (broken) => {
+    unwatchers.get(broken)?.();
+    unwatchers.delete(broken);
+    void quietly(() => broken.close());
+    try {
+      return watch(await connection.createConfirmChannel(), 'publish');
+    } catch (error) {
+      markLost(error);
+      throw error;
+    }
   };
   try {
     if (config.assertTopology) {
@@ -106,11 +129,11 @@ export async function openSession(config: SessionConfig, createHandler: (channel
       await quietly(() => setup.close());
     }
     const consumeChannel = watch(await connection.createChannel(), 'consume');
-    const publishChannel = watch(await connection.createConfirmChannel(), 'publish');
+    const publisher = new ConfirmedPublisher(watch(await connection.createConfirmChannel(), 'publish'), replacePublishChannel);
     await consumeChannel.prefetch(config.prefetch);
-    const handler = createHandler({ consumeChannel, publisher: new ConfirmedPublisher(publishChannel), markLost });
+    const handler = createHandler({ consumeChannel, publisher, markLost });
     const { consumerTag } = await consumeChannel.consume(config.topology.queue, handler, { noAck: false });
-    return { connection, consumeChannel, publishChannel, consumerTag, handler, lost, alive: () => alive, detach, owned };
+    return { connection, consumeChannel, publisher, consumerTag, handler, lost, alive: () => alive, detach, owned };
   } catch (error) {
     detach();
     if (owned) await quietly(() => connection.close());
@@ -133,6 +156,6 @@ export async function cancelSession(session: Session): Promise<void> {
 export async function closeSession(session: Session): Promise<void> {
   session.detach();
   await quietly(() => session.consumeChannel.close());
-  await quietly(() => session.publishChannel.close());
+  await quietly(() => session.publisher.close());
   if (session.owned) await quietly(() => session.connection.close());
 }
