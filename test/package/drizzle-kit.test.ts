@@ -46,7 +46,7 @@ import { integer, pgTable, text } from 'drizzle-orm/pg-core';
 export const payments = pgTable('payments', { id: text('id').primaryKey(), amountCents: integer('amount_cents').notNull() });
 export const { inboxSchema, inbox, inboxAttempts, inboxDeadLetters, inboxAudit } = createInboxTables({ schema: 'messaging' });
 `,
-  // Only the app's tables: the inbox belongs to inboxed's migrate().
+  // Only the app's tables: the inbox belongs to inboxed's migrate(), in a schema of its own.
   'src/app-schema.ts': `import { integer, pgTable, text } from 'drizzle-orm/pg-core';
 
 export const orders = pgTable('orders', { id: text('id').primaryKey(), amountCents: integer('amount_cents').notNull() });
@@ -70,7 +70,20 @@ export default defineConfig({
   dbCredentials: { url: process.env.DATABASE_URL! },
 });
 `,
+  // The core README's config for migrate() owning the inbox in its own schema: drizzle-kit sees only public.
   'app-only.drizzle.config.ts': `import { defineConfig } from 'drizzle-kit';
+
+export default defineConfig({
+  dialect: 'postgresql',
+  schema: './src/app-schema.ts',
+  out: './drizzle-app',
+  schemaFilter: ['public'],
+  dbCredentials: { url: process.env.DATABASE_URL! },
+});
+`,
+  // What the core README used to say for an inbox migrate() made in public: tablesFilter hides the
+  // tables but not the sequences of their bigserial ids.
+  'app-tables-filter.drizzle.config.ts': `import { defineConfig } from 'drizzle-kit';
 
 export default defineConfig({
   dialect: 'postgresql',
@@ -92,17 +105,18 @@ interface Order {
   amountCents: number;
 }
 
-const inMessaging = process.argv[2] === 'messaging';
+// The inbox's schema (default: public). The messaging app writes payments, the others orders.
+const inboxSchema = process.argv[2];
 const pool = new pg.Pool({ connectionString: process.env.DATABASE_URL });
 const db = drizzle(pool);
-const domainTable = inMessaging ? payments : orders;
+const domainTable = inboxSchema === 'messaging' ? payments : orders;
 
 const processOrder = withInbox(
   async (message, tx) => {
     const order = message.payload as Order;
     await tx.insert(domainTable).values({ id: order.id, amountCents: order.amountCents });
   },
-  { db, consumer: 'billing.order-created', tables: createInboxTables(inMessaging ? { schema: 'messaging' } : {}) },
+  { db, consumer: 'billing.order-created', tables: createInboxTables(inboxSchema === undefined ? {} : { schema: inboxSchema }) },
 );
 
 try {
@@ -228,6 +242,25 @@ async function tablesIn(url: string): Promise<string[]> {
   return rows.map((row) => row.name);
 }
 
+/** Sequences outside the system schemas, as `schema.sequence`. */
+async function sequencesIn(url: string): Promise<string[]> {
+  const rows = await queryOn<{ name: string }>(url, `select schemaname || '.' || sequencename as name from pg_sequences order by 1`);
+  return rows.map((row) => row.name);
+}
+
+/** The inbox migrate() made, in the schema the core README gives it when drizzle-kit push manages the app's tables. */
+const INBOX_IN_INBOXED_SCHEMA = ['inboxed.inbox', 'inboxed.inbox_attempts', 'inboxed.inbox_audit', 'inboxed.inbox_dead_letters', 'inboxed.inbox_migrations'];
+
+/** The core README's statements moving an inbox migrate() made in public into a schema of its own (one transaction). */
+const MOVE_INBOX_TO_OWN_SCHEMA = `BEGIN;
+CREATE SCHEMA inboxed;
+ALTER TABLE public.inbox SET SCHEMA inboxed;
+ALTER TABLE public.inbox_attempts SET SCHEMA inboxed;
+ALTER TABLE public.inbox_dead_letters SET SCHEMA inboxed;
+ALTER TABLE public.inbox_audit SET SCHEMA inboxed;
+ALTER TABLE public.inbox_migrations SET SCHEMA inboxed;
+COMMIT;`;
+
 /** Primary keys of the inbox tables, as drizzle-kit named them: inboxed's ON CONFLICT needs them. */
 async function primaryKeysIn(url: string, schema: string): Promise<string[]> {
   const rows = await queryOn<{ key: string }>(
@@ -248,14 +281,23 @@ function drizzleKit(args: string[], url: string, extraEnv: Record<string, string
 }
 
 /**
- * drizzle-kit 0.31 exits 0 from `push` and `generate` when the schema file fails to load, or when
- * it needs an interactive answer it cannot get without a TTY; it only prints the error. So a run
- * counts as successful only with exit code 0 and no error printed.
+ * What drizzle-kit prints for a failure it still exits 0 from: a thrown error by its name (`Error:`,
+ * `TypeError`, drizzle-kit's own ` Error ` badge), a Node.js error code, or a statement PostgreSQL
+ * refused, which node-postgres's DatabaseError prints as a line starting `error: ` (lower case).
+ * drizzle-kit's normal output has none of them: statements quote their identifiers (`"last_error"`).
+ */
+const DRIZZLE_KIT_FAILURES = [/\b(?:[A-Z][a-z]+)*Error\b/, /\bERR_[A-Z_]+/, /^\s*error: /m];
+
+/**
+ * drizzle-kit 0.31 exits 0 from `push` and `generate` when the schema file fails to load, when it
+ * needs an interactive answer it cannot get without a TTY, and when PostgreSQL refuses one of the
+ * statements `push` runs; it only prints the error. So a run counts as successful only with exit
+ * code 0 and none of {@link DRIZZLE_KIT_FAILURES} printed.
  */
 function expectDrizzleKitSucceeded(result: CommandResult): void {
   const printed = `${result.stdout}\n${result.stderr}`;
   expect(result.code, transcript(result)).toBe(0);
-  expect(printed, transcript(result)).not.toMatch(/\bError\b|\bERR_[A-Z_]+/);
+  for (const failure of DRIZZLE_KIT_FAILURES) expect(printed, transcript(result)).not.toMatch(failure);
 }
 
 /** Runs one of the app's compiled scripts against a database. */
@@ -263,7 +305,7 @@ async function appScript(script: string, args: string[], url: string): Promise<C
   return runCommand(process.execPath, [join(app, 'dist', `${script}.js`), ...args], { cwd: app, env: userEnv({ DATABASE_URL: url }) });
 }
 
-async function consume(url: string, schema?: 'messaging'): Promise<unknown> {
+async function consume(url: string, schema?: string): Promise<unknown> {
   const result = await appScript('consumer', schema === undefined ? [] : [schema], url);
   expect(result.code, transcript(result)).toBe(0);
   return JSON.parse(result.stdout.trim().split('\n').pop()!);
@@ -445,21 +487,41 @@ describe('a user app installed from the tarballs', () => {
     expect(await consume(url, 'messaging')).toEqual(PROCESSED_THEN_DUPLICATE);
   });
 
-  it('with migrate() owning the inbox, drizzle-kit push of the app tables leaves it alone given tablesFilter', async () => {
+  it("with migrate() owning the inbox in a schema of its own, drizzle-kit push with schemaFilter ['public'] leaves it alone", async () => {
     const url = await freshDatabase('owned');
-    expect(await inboxedMigrate(url)).toEqual({ applied: [1, 2, 3], version: 3 });
+    expect(await inboxedMigrate(url, 'inboxed')).toEqual({ applied: [1, 2, 3], version: 3 });
     const push = await drizzleKit(['push', '--force', '--verbose', '--config', 'app-only.drizzle.config.ts'], url);
     expectDrizzleKitSucceeded(push);
     expect(push.stdout).toContain('CREATE TABLE "orders"');
-    expect(push.stdout).not.toMatch(/DROP TABLE/);
-    expect(await tablesIn(url)).toEqual([
-      'public.inbox',
-      'public.inbox_attempts',
-      'public.inbox_audit',
-      'public.inbox_dead_letters',
-      'public.inbox_migrations',
-      'public.orders',
-    ]);
-    expect(await consume(url)).toEqual(PROCESSED_THEN_DUPLICATE);
+    expect(push.stdout).not.toMatch(/\bDROP\b/);
+    expect(push.stdout).toContain('Changes applied');
+    expect(await tablesIn(url)).toEqual([...INBOX_IN_INBOXED_SCHEMA, 'public.orders']);
+    expect(await sequencesIn(url)).toEqual(['inboxed.inbox_audit_id_seq', 'inboxed.inbox_dead_letters_id_seq']);
+    const again = await drizzleKit(['push', '--force', '--verbose', '--config', 'app-only.drizzle.config.ts'], url);
+    expectDrizzleKitSucceeded(again);
+    expect(again.stdout).toContain('No changes detected');
+    expect(await consume(url, 'inboxed')).toEqual(PROCESSED_THEN_DUPLICATE);
+    expect(await inboxedMigrate(url, 'inboxed')).toEqual({ applied: [], version: 3 });
+  });
+
+  it('in public, tablesFilter does not hide the inbox sequences from drizzle-kit push; moved into a schema of its own, the inbox is left alone', async () => {
+    const url = await freshDatabase('filtered');
+    expect(await inboxedMigrate(url)).toEqual({ applied: [1, 2, 3], version: 3 });
+    const refused = await drizzleKit(['push', '--force', '--verbose', '--config', 'app-tables-filter.drizzle.config.ts'], url);
+    // drizzle-kit 0.31 exits 0, but PostgreSQL refused the drop: the check above must see it.
+    expect(refused.stdout).toContain('DROP SEQUENCE "public"."inbox_dead_letters_id_seq"');
+    expect(`${refused.stdout}\n${refused.stderr}`).toMatch(/^error: cannot drop sequence inbox_dead_letters_id_seq/m);
+    expect(() => expectDrizzleKitSucceeded(refused), transcript(refused)).toThrow();
+    expect(await sequencesIn(url)).toEqual(['public.inbox_audit_id_seq', 'public.inbox_dead_letters_id_seq']);
+
+    // The core README's move: the tables take their indexes, keys and sequences along.
+    await queryOn(url, MOVE_INBOX_TO_OWN_SCHEMA);
+    expect(await inboxedMigrate(url, 'inboxed')).toEqual({ applied: [], version: 3 });
+    const push = await drizzleKit(['push', '--force', '--verbose', '--config', 'app-only.drizzle.config.ts'], url);
+    expectDrizzleKitSucceeded(push);
+    expect(push.stdout).not.toMatch(/\bDROP\b/);
+    expect(await tablesIn(url)).toEqual([...INBOX_IN_INBOXED_SCHEMA, 'public.orders']);
+    expect(await sequencesIn(url)).toEqual(['inboxed.inbox_audit_id_seq', 'inboxed.inbox_dead_letters_id_seq']);
+    expect(await consume(url, 'inboxed')).toEqual(PROCESSED_THEN_DUPLICATE);
   });
 });

@@ -106,6 +106,34 @@ describe('inboxed', () => {
     expect(await runCli(['migrate', ...db])).toMatchObject({ code: 0, stdout: expect.stringContaining('Up to date') });
   });
 
+  it('migrate --check on tables made outside inboxed (drizzle-kit: no history table) checks the tables, never advising a second owner', async () => {
+    await migrated();
+    // What drizzle-kit leaves: the same four tables (the packed-package suite compares the DDL), no <table>_migrations.
+    await q('drop table $S.inbox_migrations');
+    const complete = await spawnCli(['migrate', '--check', ...db]);
+    expect(complete.code, complete.stderr).toBe(0);
+    expect(complete.stdout).toContain('Up to date, managed outside inboxed');
+    expect(complete.stdout).toContain(`"${t.schema}"."inbox_migrations"`);
+    expect(complete.stdout).toContain('do not run `inboxed migrate` on them');
+    const completeJson = await runCli(['migrate', '--check', '--json', ...db]);
+    expect(completeJson.code).toBe(0);
+    expect(json(completeJson)).toEqual({ upToDate: true, managedOutsideInboxed: true, pending: [] });
+
+    // Behind this version (a drizzle-kit migration generated before migration 3): exit 1, the problem named.
+    await q('drop table $S.inbox_audit');
+    const behind = await runCli(['migrate', '--check', ...db]);
+    expect(behind.code).toBe(1);
+    expect(behind.stdout).toContain('managed outside inboxed');
+    expect(behind.stdout).toContain(`table "${t.schema}"."inbox_audit" does not exist`);
+    expect(behind.stdout).toContain('drizzle-kit generate and migrate');
+    expect(behind.stdout).not.toContain('Pending migrations (run `inboxed migrate`)');
+    const behindJson = json(await runCli(['migrate', '--check', '--json', ...db]));
+    expect(behindJson).toMatchObject({ upToDate: false, managedOutsideInboxed: true, problems: [`table "${t.schema}"."inbox_audit" does not exist`] });
+    expect(behindJson.pending.map((m: { version: number }) => m.version).slice(0, 3)).toEqual([1, 2, 3]);
+    // Nothing was created or recorded by the check.
+    expect(await q(`select to_regclass('"${t.schema}"."inbox_migrations"') is null as none`)).toEqual([{ none: true }]);
+  });
+
   it('status reports every consumer, as a table and as JSON; an unknown consumer exits 5', async () => {
     await seed();
     const spawned = await spawnCli(['status', '--json', '--consumer', 'billing', ...db]);
@@ -248,6 +276,16 @@ describe('inboxed', () => {
     expect(await runCli(['purge', ...db])).toMatchObject({ code: 2, stderr: expect.stringContaining('--older-than') });
   });
 
+  it('accepts the URLs node-postgres accepts: user info before an empty host, the host and port as query parameters', async () => {
+    await migrated();
+    const server = new URL(databaseUrl());
+    const userInfo = server.password === '' ? server.username : `${server.username}:${server.password}`;
+    const queryHost = `postgres://${userInfo}@${server.pathname}?host=${server.hostname}&port=${server.port || '5432'}`;
+    const result = await spawnCli(['status', '--json', '--database-url', queryHost, '--schema', t.schema]);
+    expect(result.code, result.stderr).toBe(0);
+    expect(json(result)).toEqual({ consumers: [] });
+  });
+
   it('says clearly when there is no database URL, a bad one, or no server behind it', async () => {
     const none = await spawnCli(['status']);
     expect(none.code).toBe(2);
@@ -258,6 +296,11 @@ describe('inboxed', () => {
     expect(down.code).toBe(3);
     expect(json(down)).toMatchObject({ error: { code: 'DATABASE_UNAVAILABLE', exitCode: 3 } });
     expect(down.stderr).not.toContain('secret');
+    // A password in the query string (node-postgres reads it there too) is masked as well.
+    const queryPassword = await runCli(['status', '--database-url', 'postgres://postgres@127.0.0.1:1/test?password=s3cret&sslpassword=k3y']);
+    expect(queryPassword.code).toBe(3);
+    expect(queryPassword.stderr).toContain('postgres://postgres@127.0.0.1:1/test?password=***&sslpassword=***');
+    expect(queryPassword.stderr).not.toMatch(/s3cret|k3y/);
     expect(await runCli(['status', ...db, '--table', 'bad-name'])).toMatchObject({ code: 2, stderr: expect.stringContaining('[INVALID_IDENTIFIER]') });
     expect(await runCli(['frobnicate'])).toMatchObject({ code: 2, stderr: expect.stringContaining('[USAGE_ERROR]') });
     const { version } = JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { version: string };

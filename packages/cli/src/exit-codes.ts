@@ -5,7 +5,7 @@ import { CliErrorCodes } from './cli-errors.js';
 export const ExitCodes = {
   /** Done. */
   OK: 0,
-  /** `migrate --check`: migrations are pending. */
+  /** `migrate --check`: migrations are pending, or tables managed outside inboxed (no history) lack part of the latest version. */
   CHECK_FAILED: 1,
   /** Bad arguments: unknown command or option, missing `--reason`, a malformed duration, no database URL. */
   USAGE: 2,
