@@ -4,6 +4,7 @@ import {
   checkMessageId,
   DeadLetterHeaders,
   decodePayload,
+  extractedMessageId,
   messageIdText,
   UNPARSEABLE_BODY_REASON,
   type MessageIdOptions,
@@ -52,16 +53,8 @@ export function resolveMessageId(options: AmqpMessageIdOptions | undefined): Res
  * header must not answer for a header the message does not have.
  */
 export function extractMessageId(delivery: Message, options: ResolvedMessageId): string | undefined {
-  if (options.extract !== undefined) {
-    let extracted: unknown;
-    try {
-      extracted = options.extract(delivery as ConsumeMessage);
-    } catch (error) {
-      throw new InboxError(InboxErrorCodes.INVALID_MESSAGE_ID, `options.messageId.extract threw: ${describeError(error)}`, { cause: error });
-    }
-    const id = messageIdText(extracted, 'options.messageId.extract()');
-    if (id !== undefined) return id;
-  }
+  const extracted = extractedMessageId(options.extract, delivery as ConsumeMessage);
+  if (extracted !== undefined) return extracted;
   const headers = delivery.properties.headers;
   const header = headers !== undefined && Object.hasOwn(headers, options.header) ? headers[options.header] : undefined;
   return messageIdText(header, `header ${JSON.stringify(options.header)}`) ?? messageIdText(delivery.properties.messageId, 'properties.messageId');

@@ -1,4 +1,4 @@
-import { storableText } from './error-text.js';
+import { describeError, storableText } from './error-text.js';
 import { InboxError, InboxErrorCodes } from './errors.js';
 import { OutcomeReasons, type OutcomeReason } from './types.js';
 import { isWellFormed } from './unicode.js';
@@ -73,4 +73,20 @@ export function messageIdText(value: unknown, where: string): string | undefined
     }
   }
   throw refuse(`is ${Array.isArray(value) ? 'a list' : typeof value}, not text`);
+}
+
+/**
+ * The id a user's `messageId.extract(delivery)` gives, read as {@link messageIdText} reads a header:
+ * `undefined` when it gives none (the adapter goes on down its list), an `INVALID_MESSAGE_ID`
+ * {@link InboxError} thrown when the extractor throws or gives something that is not an exact id.
+ */
+export function extractedMessageId<T>(extract: ((delivery: T) => unknown) | undefined, delivery: T): string | undefined {
+  if (extract === undefined) return undefined;
+  let extracted: unknown;
+  try {
+    extracted = extract(delivery);
+  } catch (error) {
+    throw new InboxError(InboxErrorCodes.INVALID_MESSAGE_ID, `options.messageId.extract threw: ${describeError(error)}`, { cause: error });
+  }
+  return messageIdText(extracted, 'options.messageId.extract()');
 }

@@ -3,6 +3,7 @@ import {
   adapterDeadLetter,
   checkMessageId,
   decodePayload,
+  extractedMessageId,
   messageIdText,
   UNPARSEABLE_BODY_REASON,
   type MessageIdOptions,
@@ -90,16 +91,8 @@ function decodeHeaders(headers: KafkaHeaders | undefined): Record<string, string
  * (header bytes that are not well-formed UTF-8: decoding would make two different ids one).
  */
 export function messageIdOf(delivery: KafkaDelivery, options: MessageIdOptions<KafkaDelivery, 'header'>): string | undefined {
-  if (options.extract !== undefined) {
-    let extracted: unknown;
-    try {
-      extracted = options.extract(delivery);
-    } catch (error) {
-      throw new InboxError(InboxErrorCodes.INVALID_MESSAGE_ID, `options.messageId.extract threw: ${describeError(error)}`, { cause: error });
-    }
-    const id = messageIdText(extracted, 'options.messageId.extract()');
-    if (id !== undefined) return id;
-  }
+  const extracted = extractedMessageId(options.extract, delivery);
+  if (extracted !== undefined) return extracted;
   const name = options.header ?? DEFAULT_MESSAGE_ID_HEADER;
   const headers = delivery.message.headers;
   const header = headers != null && Object.hasOwn(headers, name) ? firstHeaderValue(headers[name]) : undefined;

@@ -34,4 +34,4 @@ export {
   type RetentionGuardOptions,
 } from './retention-guard.js';
 export { backoffDelay, sleep, type BackoffOptions } from '../backoff.js';
-export { checkMessageId, MAX_MESSAGE_ID_BYTES, messageIdText } from '../message-id.js';
+export { checkMessageId, extractedMessageId, MAX_MESSAGE_ID_BYTES, messageIdText } from '../message-id.js';
