@@ -155,7 +155,7 @@ describe.each(DRIVERS)('leased mode on %s', (driver) => {
     expect(await slowWorker({ id: 'm3', payload: { who: 'slow' } })).toMatchObject({ status: 'duplicate', result: { by: 'fast' } });
   });
 
-  it('an overrunning worker at maxAttempts whose claim was taken over is counted but not dead-lettered: the message is its new owner\'s to finish', async () => {
+  it("an overrunning worker at maxAttempts whose claim was taken over is counted but not dead-lettered: the message is its new owner's to finish", async () => {
     const slowEntered = gate();
     const finishSlow = gate();
     const fastEntered = gate();
