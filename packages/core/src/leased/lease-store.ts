@@ -54,7 +54,7 @@ export class LeaseStore {
    * the row as it found it. `ON CONFLICT DO UPDATE ... WHERE` re-checks the condition on the latest
    * row version after waiting for a concurrent claimer, so two workers can never both take it.
    */
-  async claim(db: Executable, row: ClaimRow, leaseMs: number, strictFingerprint: boolean): Promise<LeaseClaim> {
+  async claim(db: Executable, row: ClaimRow, leaseMs: number, strictFingerprint: boolean, lockTimeoutMs: number | null = null): Promise<LeaseClaim> {
     // Observed like the transactional claim: an `inboxed lease claim` span and `inboxed.claim.duration`.
     const span = startInternalSpan('inboxed lease claim', { [Attr.CONSUMER]: this.consumer }, [row.messageId]);
     const started = performance.now();
@@ -62,8 +62,8 @@ export class LeaseStore {
     try {
       claim =
         span === undefined
-          ? await this.claimOnce(db, row, leaseMs, strictFingerprint)
-          : await span.run(() => this.claimOnce(db, row, leaseMs, strictFingerprint));
+          ? await this.claimOnce(db, row, leaseMs, strictFingerprint, lockTimeoutMs)
+          : await span.run(() => this.claimOnce(db, row, leaseMs, strictFingerprint, lockTimeoutMs));
       return claim;
     } finally {
       const result = claim === undefined ? 'failed' : claim.kind === 'existing' ? 'known' : claim.kind;
@@ -78,9 +78,17 @@ export class LeaseStore {
     }
   }
 
-  private async claimOnce(db: Executable, row: ClaimRow, leaseMs: number, strictFingerprint: boolean): Promise<LeaseClaim> {
+  private async claimOnce(db: Executable, row: ClaimRow, leaseMs: number, strictFingerprint: boolean, lockTimeoutMs: number | null): Promise<LeaseClaim> {
     const inbox = this.store.inboxTable;
     const lease = sql`now() + make_interval(secs => ${leaseMs}::float8 / 1000)`;
+    // The claim can wait on the row's lock: another worker's completion transaction (its complete()
+    // writes) or a transactional copy of the same consumer. Its consumer value sets lock_timeout
+    // first, as the transactional claim does; the statement is its own transaction, so the setting
+    // ends with it. A timeout is a retry (`in-progress`), not counted.
+    const consumer =
+      lockTimeoutMs === null
+        ? sql`${this.consumer}`
+        : sql`(case when set_config('lock_timeout', ${sql.raw(`'${lockTimeoutMs}'`)}, true) is null then null else ${this.consumer}::text end)`;
     const [found] = await rowsOf<ClaimRowResult>(
       db,
       sql`with prior as (
@@ -90,7 +98,7 @@ export class LeaseStore {
           from ${inbox} where consumer = ${this.consumer} and message_id = ${row.messageId}
         ), claim as (
           insert into ${inbox} as i (consumer, message_id, fingerprint, status, source, received_at, lease_expires_at, fencing_token, completed_at)
-          values (${this.consumer}, ${row.messageId}, ${row.fingerprint}, 'processing', ${row.source ?? null},
+          values (${consumer}, ${row.messageId}, ${row.fingerprint}, 'processing', ${row.source ?? null},
                   coalesce(${row.receivedAt?.toISOString() ?? null}::timestamptz, now()), ${lease}, 1, now())
           on conflict (consumer, message_id) do update
             set fencing_token = i.fencing_token + 1, lease_expires_at = excluded.lease_expires_at, completed_at = now()

@@ -187,6 +187,26 @@ describe.each(DRIVERS)('leased mode on %s', (driver) => {
     expect(await t.query(`select message_id from "${t.schema}".inbox_dead_letters`)).toEqual([]);
   });
 
+  // PGlite is one session: a second statement waits for the holder's transaction instead of its lock.
+  it.skipIf(driver === 'pglite')('the leased claim waits on a locked row at most lockTimeoutMs: then a retry (in-progress), not counted', async () => {
+    const entered = gate();
+    const hold = gate();
+    // A transactional copy of the same consumer holds the row lock while its handler runs.
+    const holder = withInbox(async () => {
+      entered.open();
+      await hold.opened;
+    }, database.options());
+    const holding = holder({ id: 'locked', payload: {} });
+    await entered.opened;
+    const started = performance.now();
+    const waiting = await withInbox(async () => {}, leased({ lockTimeoutMs: 200 }))({ id: 'locked', payload: {} });
+    expect(waiting).toMatchObject({ status: 'retry', reason: 'in-progress', error: { code: InboxErrorCodes.LOCK_TIMEOUT } });
+    expect(performance.now() - started).toBeLessThan(3_000);
+    expect(await attempts('locked')).toBeUndefined();
+    hold.open();
+    expect(await holding).toMatchObject({ status: 'processed' });
+  });
+
   it('renewLease() keeps a long handler past leaseMs: copies meanwhile are busy, and it completes', async () => {
     const entered = gate();
     const process = withInbox(

@@ -111,6 +111,7 @@ export function withLeasedInbox<TDb extends AnyPgDatabase, TPayload>(
         { messageId: message.id, fingerprint, source: message.source, receivedAt: message.receivedAt },
         leaseMs,
         strictFingerprint,
+        resolved.lockTimeoutMs,
       );
     } catch (error) {
       return outcomeOfFailure(general, store, message, claimFailure(error));
