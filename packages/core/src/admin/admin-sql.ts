@@ -51,7 +51,7 @@ export async function adminOperation<T>(operation: string, names: ResolvedTableN
     if (kind === 'schema-missing') {
       throw new InboxError(
         InboxErrorCodes.INBOX_TABLE_MISSING,
-        `${operation}: the inbox tables are missing or incomplete (${describeError(error)}); run \`inboxed migrate\` or migrate(db, { schema, table })`,
+        `${operation}: the inbox tables are missing or incomplete (${describeError(error)}); apply the missing migrations with the tool that owns the tables: \`inboxed migrate\` or migrate(db, { schema, table }), or drizzle-kit generate + migrate when drizzle-kit owns them`,
         { cause: error, details },
       );
     }
