@@ -25,6 +25,12 @@ describe('classifyDatabaseError', () => {
     expect(classifyDatabaseError(new Error('Connection terminated unexpectedly'))).toBe('unavailable');
   });
 
+  it('a standby refusing READ WRITE is unavailable; other unsupported features are not', () => {
+    const standby = Object.assign(new Error('cannot set transaction read-write mode during recovery'), { code: '0A000' });
+    expect(classifyDatabaseError(standby)).toBe('unavailable');
+    expect(classifyDatabaseError(withCode('0A000'))).toBeUndefined();
+  });
+
   it('leaves handler and constraint errors alone', () => {
     expect(classifyDatabaseError(withCode('23505'))).toBeUndefined();
     expect(classifyDatabaseError(new TypeError('x is undefined'))).toBeUndefined();

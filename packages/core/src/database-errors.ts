@@ -67,6 +67,8 @@ export function classifyDatabaseError(error: unknown): DatabaseFailure | undefin
       if (LOCK_TIMEOUT_CODES.has(code)) return 'lock-timeout';
       if (SCHEMA_MISSING_CODES.has(code)) return 'schema-missing';
       if (UNAVAILABLE_CODE.test(code) || UNAVAILABLE_NODE_CODES.has(code)) return 'unavailable';
+      // A standby refuses READ WRITE with "cannot set transaction read-write mode during recovery".
+      if (code === '0A000' && typeof link.message === 'string' && /during recovery/i.test(link.message)) return 'unavailable';
     }
     // AggregateError from net.connect when every address family fails.
     if (Array.isArray(link.errors) && link.errors.some((e) => classifyDatabaseError(e) === 'unavailable')) return 'unavailable';
@@ -77,15 +79,21 @@ export function classifyDatabaseError(error: unknown): DatabaseFailure | undefin
 }
 
 /**
- * True when `error` is `unavailable` because the connection or the server failed, and not because
- * the session refused the statement: a statement timeout or cancel (57014) and a read-only
- * transaction (25006) are `unavailable` for a claim, but raised after the handler ran in the same
- * transaction, they come from what the handler set (`SET LOCAL statement_timeout`,
- * `SET TRANSACTION READ ONLY`): the claim had just written on that very connection.
+ * True when `error` is `unavailable` because the connection or the server failed, or an operator
+ * cancelled the statement, and not because the session refused it: a statement timeout (57014)
+ * and a read-only transaction (25006) are `unavailable` for a claim, but raised after the handler
+ * ran in the same transaction, they come from what the handler set (`SET LOCAL statement_timeout`,
+ * `SET TRANSACTION READ ONLY`): the claim had just written on that very connection. (A role's own
+ * `statement_timeout` shorter than inboxed's statements is counted too: it is a misconfiguration.)
  */
 export function isConnectionFailure(error: unknown): boolean {
   if (classifyDatabaseError(error) !== 'unavailable') return false;
-  for (const link of causeChain(error)) if (link.code === '57014' || link.code === '25006') return false;
+  for (const link of causeChain(error)) {
+    if (link.code === '25006') return false;
+    // 57014 is a statement timeout or a cancel; only the timeout is a setting. An operator's
+    // pg_cancel_backend() ("canceling statement due to user request") is nobody's fault here.
+    if (link.code === '57014') return !/statement timeout/i.test(typeof link.message === 'string' ? link.message : '');
+  }
   return true;
 }
 

@@ -161,12 +161,21 @@ export class PermanentError extends Error {
 
 /** True for an {@link InboxError}, including one created by another installed copy of inboxed. */
 export function isInboxError(error: unknown): error is InboxError {
-  return typeof error === 'object' && error !== null && (error as Record<symbol, unknown>)[INBOX_ERROR_BRAND] === true;
+  return hasBrand(error, INBOX_ERROR_BRAND);
 }
 
 /** True for a {@link PermanentError}, including one created by another installed copy of inboxed. */
 export function isPermanentError(error: unknown): error is PermanentError {
-  return typeof error === 'object' && error !== null && (error as Record<symbol, unknown>)[PERMANENT_ERROR_BRAND] === true;
+  return hasBrand(error, PERMANENT_ERROR_BRAND);
+}
+
+/** Whether `value` carries `brand`; false when reading it throws (a Proxy a handler threw, say), never a throw. */
+function hasBrand(value: unknown, brand: symbol): boolean {
+  try {
+    return typeof value === 'object' && value !== null && (value as Record<symbol, unknown>)[brand] === true;
+  } catch {
+    return false;
+  }
 }
 
 export { describeError } from './error-text.js';

@@ -18,6 +18,7 @@ describe('whose failure is it, after the handler ran', () => {
   it("a statement timeout or a read-only refusal after the handler is the handler's doing (its SET LOCAL), a lost connection is an outage", () => {
     expect(completionFailure(wrapped('57014', 'canceling statement due to statement timeout')).kind).toBe('handler');
     expect(completionFailure(wrapped('57P01', 'terminating connection due to administrator command')).kind).toBe('outage');
+    expect(completionFailure(wrapped('57014', 'canceling statement due to user request')).kind).toBe('outage'); // pg_cancel_backend()
     expect(completionFailure(Object.assign(new Error('read ECONNRESET'), { code: 'ECONNRESET' })).kind).toBe('outage');
     const readOnly = wrapped('25006', 'cannot execute UPDATE in a read-only transaction');
     expect(bodyFailure(new InboxStatementError('result', readOnly)).kind).toBe('handler');

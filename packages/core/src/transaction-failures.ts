@@ -75,7 +75,11 @@ export function bodyFailure(error: unknown, connectionProblem?: unknown): Transa
 function classifyBodyFailure(error: unknown, connectionProblem: unknown): TransactionFailure {
   if (error instanceof InboxStatementError) {
     if (isInFailedTransaction(error.original)) return { kind: 'aborted', error: error.original, firstFailure: undefined };
-    if (error.statement === 'result' || error.statement === 'reject') return afterHandlerFailure(error.original);
+    if (error.statement === 'result' || error.statement === 'reject') {
+      // A session PostgreSQL closed under the handler (idle in transaction too long) shows up here
+      // first when the handler returned a result or a rejection: judged as for any other handler.
+      return connectionProblem === undefined ? afterHandlerFailure(error.original) : brokenConnectionFailure(error.original, connectionProblem);
+    }
     const kind = claimFailure(error.original);
     return kind.kind === 'busy' ? { kind: 'inbox-query', error: error.original } : kind;
   }

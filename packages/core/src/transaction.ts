@@ -1,6 +1,9 @@
+import { sql } from 'drizzle-orm';
+import { rowsOf } from './admin/admin-sql.js';
 import { sleep } from './backoff.js';
 import { drizzleTransaction } from './drivers/drizzle.js';
 import { nodePostgresTarget, nodePostgresTransaction } from './drivers/node-postgres.js';
+import { isReadOnlyRefusal } from './database-errors.js';
 import { describeError } from './error-text.js';
 import type { ClaimRow, InboxStore } from './inbox-store.js';
 import type { ResolvedOptions } from './options.js';
@@ -34,6 +37,23 @@ export interface TransactionPlan<TDb extends AnyPgDatabase, T> {
 export type TransactionResult<T> = { ok: true; value: T } | { ok: false; failure: TransactionFailure };
 
 /**
+ * True when the claim was refused as read-only (25006) although neither the server nor the
+ * database or role is read-only by default: an earlier handler left its session read-only (`SET
+ * SESSION CHARACTERISTICS AS TRANSACTION READ ONLY`). The claim is then worth one more try, saying
+ * READ WRITE. A database a DBA froze (`default_transaction_read_only` on for the database or role)
+ * is respected: the refusal stays the outage it is, as on a standby (where READ WRITE is refused too).
+ */
+async function leftReadOnlyByAHandler(db: AnyPgDatabase, result: TransactionResult<unknown>): Promise<boolean> {
+  if (result.ok || result.failure.kind !== 'outage' || !isReadOnlyRefusal(result.failure.error)) return false;
+  try {
+    const rows = await rowsOf<{ frozen: boolean }>(db, sql`select reset_val = 'on' as frozen from pg_settings where name = 'default_transaction_read_only'`);
+    return rows[0]?.frozen === false;
+  } catch {
+    return false;
+  }
+}
+
+/**
  * @internal One inbox transaction: claim, body, completion check, commit. Re-runs the whole
  * transaction when PostgreSQL reports a serialization failure or deadlock (safe: the failed run was
  * rolled back whole), up to `transactionRetries` times. With OpenTelemetry: one `inboxed transaction`
@@ -59,9 +79,12 @@ export async function runInboxTransaction<TDb extends AnyPgDatabase, T>(
   const attempt = async (): Promise<TransactionResult<T>> => {
     const target = nodePostgresTarget(options.db);
     await store.pinSchema(options.db);
+    const once = (readWrite: boolean) =>
+      target !== undefined ? nodePostgresTransaction(target, options, store, plan, readWrite) : drizzleTransaction(options, store, plan, readWrite);
     for (let run = 0; ; run++) {
       runs = run + 1;
-      const result = target !== undefined ? await nodePostgresTransaction(target, options, store, plan) : await drizzleTransaction(options, store, plan);
+      let result = await once(false);
+      if (await leftReadOnlyByAHandler(options.db, result)) result = await once(true);
       if (!result.ok && result.failure.kind === 'conflict') conflicts++;
       if (result.ok || result.failure.kind !== 'conflict' || run >= options.transactionRetries) return result;
       // Short, jittered and growing: the competing transaction usually finishes within milliseconds.

@@ -1,4 +1,4 @@
-import { classifyDatabaseError, isReadOnlyRefusal } from '../database-errors.js';
+import { classifyDatabaseError } from '../database-errors.js';
 import { type Claimed, checkTargets, type InboxStore } from '../inbox-store.js';
 import type { ResolvedOptions } from '../options.js';
 import { recordClaimOf } from '../telemetry/instruments.js';
@@ -31,22 +31,9 @@ export async function drizzleTransaction<TDb extends AnyPgDatabase, T>(
   options: ResolvedOptions<TDb, unknown>,
   store: InboxStore,
   plan: TransactionPlan<TDb, T>,
+  readWrite = false,
 ): Promise<TransactionResult<T>> {
-  const result = await runTransaction(options, store, plan, false);
-  // A session left read-only (a handler's `SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY`, a
-  // role's default_transaction_read_only) refuses every later claim on it with 25006. Saying READ
-  // WRITE costs Drizzle a statement of its own, so it is said only then: the claim failed, nothing
-  // ran. On a standby the second claim is refused too, and that is the outage it looks like.
-  if (!result.ok && result.failure.kind === 'outage' && isReadOnlyRefusal(result.failure.error)) return runTransaction(options, store, plan, true);
-  return result;
-}
-
-async function runTransaction<TDb extends AnyPgDatabase, T>(
-  options: ResolvedOptions<TDb, unknown>,
-  store: InboxStore,
-  plan: TransactionPlan<TDb, T>,
-  readWrite: boolean,
-): Promise<TransactionResult<T>> {
+  // READ WRITE costs Drizzle a statement of its own (SET TRANSACTION), so it is said only when asked.
   const config =
     options.isolationLevel === undefined && !readWrite
       ? undefined

@@ -147,6 +147,7 @@ export async function nodePostgresTransaction<TDb extends AnyPgDatabase, T>(
   options: ResolvedOptions<TDb, unknown>,
   store: InboxStore,
   plan: TransactionPlan<TDb, T>,
+  readWrite = false,
 ): Promise<TransactionResult<T>> {
   const { NodePgSession, NodePgTransaction } = await loadNodePg();
   let client: PgPoolClient;
@@ -164,7 +165,8 @@ export async function nodePostgresTransaction<TDb extends AnyPgDatabase, T>(
   let abandoned = false;
   try {
     const quote = (value: string) => quoteLiteral(client, value);
-    const begin = options.isolationLevel === undefined ? 'begin read write' : `begin isolation level ${options.isolationLevel} read write`;
+    const mode = [options.isolationLevel === undefined ? '' : ` isolation level ${options.isolationLevel}`, readWrite ? ' read write' : ''].join('');
+    const begin = `begin${mode}`;
     const claim = store.claimText(plan.rows, quote, plan.lockTimeoutMs);
     let claimed: Claimed;
     const claimSentAt = performance.now();
