@@ -163,6 +163,11 @@ export class InboxStore {
     return this.inboxName;
   }
 
+  /** The attempts table, for the leased claim's look at the attempts already counted. */
+  get attemptsTable(): InboxTables['inboxAttempts'] {
+    return this.tables.inboxAttempts;
+  }
+
   /**
    * Looks the inbox table up once, before its first transaction, for two things:
    * - Without a schema option the inbox is found through `search_path`. A handler may change that

@@ -22,12 +22,17 @@ interface ClaimRowResult {
   prior_result: string | null;
   /** ms left on the prior lease by the server's clock (0 when expired), null when the prior row had none. */
   prior_lease_ms: number | null;
+  /** Failed attempts counted for the message so far (null: none). */
+  prior_attempts: number | null;
 }
 
 /** The answer of {@link LeaseStore.claim}. */
 export type LeaseClaim =
-  /** This worker holds the message now, under `token`; `takeover` when an expired lease was taken. */
-  | { kind: 'claimed'; token: number; takeover: boolean }
+  /**
+   * This worker holds the message now, under `token`; `takeover` when an expired lease was taken;
+   * `attempts`, the failed attempts already counted for it.
+   */
+  | { kind: 'claimed'; token: number; takeover: boolean; attempts: number }
   /** The message is completed (or known with another payload): decide as for any existing row. */
   | { kind: 'existing'; status: string; fingerprint: string | null; reason: string | null; result: string | null }
   /** Another worker holds a live lease, or won a claim race this very moment. */
@@ -107,14 +112,20 @@ export class LeaseStore {
           returning fencing_token
         )
         select (select fencing_token from claim) as token, p.status as prior_status, p.fingerprint as prior_fingerprint,
-               p.reason as prior_reason, p.result as prior_result, p.lease_ms as prior_lease_ms
+               p.reason as prior_reason, p.result as prior_result, p.lease_ms as prior_lease_ms,
+               (select a.attempts from ${this.store.attemptsTable} a where a.consumer = ${this.consumer} and a.message_id = ${row.messageId}) as prior_attempts
         from (select 1) as one left join prior p on true`,
     );
     if (found === undefined) throw new Error('the leased claim returned no row');
     if (found.token !== null) {
       // A takeover is a claim of a row whose lease ran out; a released row (null lease) was given
       // back by a worker that knew how its attempt ended.
-      return { kind: 'claimed', token: Number(found.token), takeover: found.prior_status === 'processing' && found.prior_lease_ms !== null };
+      return {
+        kind: 'claimed',
+        token: Number(found.token),
+        takeover: found.prior_status === 'processing' && found.prior_lease_ms !== null,
+        attempts: found.prior_attempts === null ? 0 : Number(found.prior_attempts),
+      };
     }
     if (found.prior_status !== null && found.prior_status !== 'processing') {
       return { kind: 'existing', status: found.prior_status, fingerprint: found.prior_fingerprint, reason: found.prior_reason, result: found.prior_result };

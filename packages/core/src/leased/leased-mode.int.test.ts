@@ -187,6 +187,35 @@ describe.each(DRIVERS)('leased mode on %s', (driver) => {
     expect(await t.query(`select message_id from "${t.schema}".inbox_dead_letters`)).toEqual([]);
   });
 
+  // Two copies in flight need two sessions; PGlite is one.
+  it.skipIf(driver === 'pglite')(
+    'an always-failing handler that outruns its lease, with two copies taking it over from each other, still ends in dead-letter',
+    async () => {
+      let runs = 0;
+      const process = withInbox(
+        async () => {
+          runs++;
+          await sleep(500); // a provider call that cannot be cut short, longer than the lease
+          throw new Error('the provider says no, always');
+        },
+        leased({ leaseMs: 200, maxAttempts: 2 }),
+      );
+      let ended: InboxOutcome | undefined;
+      const copy = async (startAfter: number) => {
+        await sleep(startAfter);
+        while (ended === undefined) {
+          const outcome = await process({ id: 'overtaken', payload: {} });
+          if (outcome.status === 'dead-letter') ended ??= outcome;
+          else await sleep(100); // the broker redelivers this copy
+        }
+      };
+      await Promise.race([Promise.all([copy(0), copy(300)]), sleep(8_000)]);
+      expect(ended).toMatchObject({ status: 'dead-letter', reason: 'max-attempts-exceeded' });
+      expect(runs).toBeLessThanOrEqual(4);
+    },
+    20_000,
+  );
+
   // PGlite is one session: a second statement waits for the holder's transaction instead of its lock.
   it.skipIf(driver === 'pglite')('the leased claim waits on a locked row at most lockTimeoutMs: then a retry (in-progress), not counted', async () => {
     const entered = gate();

@@ -135,6 +135,13 @@ export function withLeasedInbox<TDb extends AnyPgDatabase, TPayload>(
     const { token, takeover } = claim;
     const lease = new Lease(leases, db, message.id, token, leaseMs, claimSentAt);
     const leased = { fencingToken: token, takeover };
+    if (claim.attempts >= resolved.maxAttempts) {
+      // Earlier attempts spent the budget while each was overtaken by the next copy's takeover
+      // (counted, but the claim was no longer theirs to dead-letter): this claim's holder ends it.
+      lease.dispose();
+      const spent = leaseLostError(message.id, token, `${claim.attempts} earlier attempts ran out of lease and were taken over`);
+      return { ...(await failed(message, lease, { kind: 'handler', error: spent })), ...leased };
+    }
     try {
       const completions: ((tx: TransactionOf<TDb>) => unknown)[] = [];
       let open = true;
