@@ -1,7 +1,7 @@
 import type { InboxOutcome } from '@inboxed/core';
 import { deadLetterHeaders } from '@inboxed/core/adapter';
 import type { ConsumeMessage } from 'amqplib';
-import { publishCopy } from './amqp-header-budget.js';
+import { messageIdHeaderOf, publishCopy } from './amqp-header-budget.js';
 import { ORIGINAL_QUEUE_HEADER } from './amqp-message.js';
 import { copyProperties, type ConfirmedPublisher } from './amqp-publisher.js';
 import type { Topology } from './amqp-topology.js';
@@ -22,8 +22,8 @@ export function deadLetterDestination(topology: Topology): string {
  * original body and properties, the original headers plus the core's dead-letter headers (reason,
  * error, error code, consumer, message id, attempts) and where it came from. Resolves once the
  * broker confirmed and routed it; only then may the original be acked. Original headers that would
- * not fit amqplib's encoding buffer are left out (`x-inboxed-headers-dropped`), the reason headers
- * never; a copy that cannot be encoded at all rejects with `AMQP_COPY_UNENCODABLE`.
+ * not fit amqplib's encoding buffer, or that it cannot encode, are left out (`x-inboxed-headers-dropped`),
+ * the reason headers and the message-id header (`idHeader`, the one the consumer reads) never; a copy that cannot be encoded at all rejects with `AMQP_COPY_UNENCODABLE`.
  */
 export async function publishDeadLetter(
   publisher: ConfirmedPublisher,
@@ -31,8 +31,10 @@ export async function publishDeadLetter(
   delivery: ConsumeMessage,
   outcome: InboxOutcome,
   id: string | undefined,
+  idHeader: string,
 ): Promise<void> {
   const own = {
+    ...messageIdHeaderOf(idHeader, id),
     ...deadLetterHeaders(outcome),
     [ORIGINAL_QUEUE_HEADER]: topology.queue,
     [ORIGINAL_EXCHANGE_HEADER]: delivery.fields.exchange,

@@ -62,6 +62,7 @@ export function createDeliveryHandler(context: DeliveryHandlerContext): Delivery
     acks,
     publisher: context.publisher,
     topology: context.topology,
+    messageIdHeader: context.messageId.header,
     events,
     processor,
     requeueDelayMs: context.requeueDelayMs,

@@ -6,6 +6,8 @@ import { uniqueName } from '@inboxed/test-support/unique-name';
 import amqp, { type ConfirmChannel, type Options } from 'amqplib';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { type AmqpTestKit, createAmqpTestKit } from '../test/amqp-test-kit.js';
+import { HARNESS_RETRY_DELAYS_MS } from '../test/harness.js';
+import { createAmqpMessageHandler } from './index.js';
 
 const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
@@ -293,6 +295,143 @@ describe('RabbitMQ faults: copies too large to encode, a publish that throws, a 
       expect(await k.t.countEffects()).toBe(0);
     } finally {
       await rabbitmqctl(['clear_policy', policy]).catch(() => undefined);
+      await connection.close().catch(() => undefined);
+    }
+  });
+
+  it('a 300-byte message-id header, the largest header of a message over the budget, survives a retry: processed once, under that id', async () => {
+    const id = `order-${'L'.repeat(294)}`; // valid (<= 512 bytes) but too long for properties.messageId
+    const seen: string[] = [];
+    const consumer = k.consume(
+      k.processor((m) => {
+        seen.push(m.id);
+        if (seen.length === 1) throw new Error('transient');
+      }),
+      { requeueDelayMs: 100 },
+    );
+    const errors: InboxError[] = [];
+    consumer.on('error', (e) => errors.push(e));
+    await consumer.start();
+    // 875 headers of ~70 bytes each (smaller than the id header): with the copy's own headers they exceed 60 KiB.
+    const small: Record<string, string> = {};
+    for (let i = 0; i < 875; i++) small[`h${String(i).padStart(3, '0')}`] = 'v'.repeat(60);
+    await k.h.publishRaw({ n: 1 }, { messageId: 'transport-uuid-1', headers: { 'message-id': id, ...small } });
+    await waitFor('processed', async () => (await k.t.countEffects()) === 1, 20_000);
+    await waitFor('everything settled', async () => (await k.h.pending()) === 0, 20_000);
+    await consumer.stop();
+
+    expect(seen).toEqual([id, id]); // the retry copy came back under the header id, not properties.messageId
+    expect(await k.t.countEffects()).toBe(1);
+    expect(await k.h.depth(k.h.deadLetterQueue)).toBe(0);
+    expect(k.recorder.counts()).toMatchObject({ retry: 1, processed: 1 });
+    expect(errors.map((e) => e.code)).toEqual([]);
+  });
+
+  it('many small headers that fit are not dropped, and a retry of 8,500 boolean headers takes well under a second of event-loop time', async () => {
+    const headers: Record<string, boolean> = {};
+    for (let i = 0; i < 8_500; i++) headers[`b${i.toString(36)}`] = true; // ~58 KB encoded: fits the budget
+    const received: Record<string, unknown>[] = [];
+    const consumer = k.consume(
+      k.processor((m) => {
+        received.push(m.headers ?? {});
+        if (received.length === 1) throw new Error('transient');
+      }),
+      { requeueDelayMs: 100 },
+    );
+    await consumer.start();
+    let maxLagMs = 0;
+    let last = performance.now();
+    const probe = setInterval(() => {
+      const now = performance.now();
+      maxLagMs = Math.max(maxLagMs, now - last - 20);
+      last = now;
+    }, 20);
+    try {
+      await k.h.publishRaw({ n: 1 }, { messageId: 'bools', headers });
+      await waitFor('processed', async () => (await k.t.countEffects()) === 1, 20_000);
+    } finally {
+      clearInterval(probe);
+    }
+    await consumer.stop();
+
+    expect(maxLagMs).toBeLessThan(500);
+    const copy = received[1]!;
+    expect(copy['x-inboxed-headers-dropped']).toBeUndefined();
+    expect(Object.keys(copy).filter((name) => /^b[0-9a-z]+$/.test(name))).toHaveLength(8_500);
+  });
+
+  it('a header amqplib cannot encode (a double of -1e19) drops only that header, and copies awaiting confirms on the channel are not failed', async () => {
+    const consumer = k.consume(k.processor(), { requeueDelayMs: 200, prefetch: 100 });
+    const errors: InboxError[] = [];
+    consumer.on('error', (e) => errors.push(e));
+    const dead: string[] = [];
+    consumer.on('dead_letter', (o) => dead.push(o.messageId));
+    const count = 300;
+    for (let i = 0; i < count; i++) {
+      const bad = i % 30 === 15;
+      await k.h.publishRaw(Buffer.from('not json'), {
+        contentType: 'application/json',
+        messageId: `${bad ? 'bad' : 'ok'}-${i}`,
+        headers: bad ? ({ keep: 'me', score: { '!': 'double', value: -1e19 } } as Options.Publish['headers']) : { keep: 'me' },
+      });
+    }
+    await consumer.start(); // the deliveries arrive together: many copies await their confirms at once
+    await waitFor('everything settled', async () => (await k.h.pending()) === 0, 40_000);
+    await consumer.stop();
+
+    const dlq = await k.h.drain(k.h.deadLetterQueue);
+    expect(dlq).toHaveLength(count); // one copy per message: none failed although the broker stored it
+    expect(new Set(dlq.map((d) => d.properties.messageId)).size).toBe(count);
+    expect(dead).toHaveLength(count);
+    for (const copy of dlq) {
+      const headers = copy.properties.headers ?? {};
+      expect(text(headers.keep)).toBe('me');
+      if (copy.properties.messageId!.startsWith('bad')) {
+        expect(headers['x-inboxed-headers-dropped']).toEqual(['score']);
+        expect(headers.score).toBeUndefined();
+      } else {
+        expect(headers['x-inboxed-headers-dropped']).toBeUndefined();
+      }
+    }
+    const duplicated = await k.t.query<{ n: number }>(
+      `select count(*)::int as n from (select message_id from "${k.t.schema}".inbox_dead_letters group by message_id having count(*) > 1) d`,
+    );
+    expect(duplicated[0]!.n).toBe(0);
+    expect(errors.map((e) => e.code)).toEqual([]);
+  });
+
+  it('createAmqpMessageHandler consuming and publishing on one confirm channel keeps consuming after a message with an unencodable header', async () => {
+    const connection = await amqp.connect(k.h.url);
+    connection.on('error', () => {});
+    try {
+      const channel = await connection.createConfirmChannel();
+      let channelClosed = false;
+      channel.on('error', () => {});
+      channel.on('close', () => (channelClosed = true));
+      await channel.prefetch(10);
+      const onMessage = createAmqpMessageHandler(
+        channel,
+        k.processor((m) => {
+          if (m.id.startsWith('bad')) throw new PermanentError('poison');
+        }),
+        { queue: k.h.queue, retryDelaysMs: HARNESS_RETRY_DELAYS_MS, requeueDelayMs: 100 },
+      );
+      const errors: InboxError[] = [];
+      onMessage.on('error', (e) => errors.push(e));
+      const { consumerTag } = await channel.consume(k.h.queue, onMessage);
+      await k.h.publishRaw({ n: 0 }, { messageId: 'bad-double', headers: { score: { '!': 'double', value: -1e19 } } as Options.Publish['headers'] });
+      await waitFor('the dead-letter copy', async () => (await k.h.depth(k.h.deadLetterQueue)) === 1, 10_000);
+      for (let i = 0; i < 5; i++) await k.h.publishRaw({ n: i }, { messageId: `good-${i}` });
+      await waitFor('the good messages processed', async () => (await k.t.countEffects()) === 5, 10_000);
+      await channel.cancel(consumerTag);
+      await onMessage.drain(5_000);
+
+      expect(channelClosed).toBe(false);
+      const [copy] = await k.h.drain(k.h.deadLetterQueue);
+      expect(copy!.properties.headers?.['x-inboxed-headers-dropped']).toEqual(['score']);
+      expect(await k.h.pending()).toBe(0);
+      expect(errors.map((e) => e.code)).toEqual([]);
+    } finally {
       await connection.close().catch(() => undefined);
     }
   });

@@ -13,10 +13,15 @@ export interface AmqpMessageHandlerOptions extends Omit<ConsumerOptions<ConsumeM
   /** The work queue the channel consumes (retry copies come back to it). @defaultValue none (required) */
   queue: string;
   /**
-   * Confirm channel for retry and dead-letter copies. If a publish on it throws (a copy amqplib
-   * cannot encode), the handler closes it: its confirms could no longer be matched to their copies
-   * (amqplib 0.10). Later copies then fail (`AMQP_PUBLISH_FAILED`, originals requeued) until you
-   * create a new handler with a fresh channel; `createAmqpConsumer` replaces it itself.
+   * Confirm channel for retry and dead-letter copies. By default this is the consuming channel
+   * itself (the README pattern), and the handler never closes it. Copies are fitted with amqplib's
+   * own encoder before they are published (headers it cannot encode are left out), so a publish
+   * does not throw for header reasons. Should one still throw after amqplib 0.10 registered its
+   * confirm callback (2.x registers it only after encoding), the channel's later confirms can no
+   * longer be matched to their copies: copies awaiting a confirm fail and every later copy fails too
+   * (`AMQP_PUBLISH_FAILED`, originals requeued, never acked), while the channel stays open and keeps
+   * consuming. Create a new handler with a fresh confirm channel then; `createAmqpConsumer` replaces
+   * its publish channel itself.
    * @defaultValue the consuming channel itself, when it is a confirm channel (`connection.createConfirmChannel()`); otherwise required
    */
   publishChannel?: ConfirmChannel;
@@ -57,7 +62,9 @@ function isConfirmChannel(channel: Channel): channel is ConfirmChannel {
  * retry queue whose delay fits `retryAfterMs`, then acked (`busy` without counting an attempt); `dead-letter` and `conflict` are republished to the
  * dead-letter target with reason headers, then acked. A copy that is not confirmed leaves the
  * original requeued: never lost. Declare the retry and dead-letter queues with `assertAmqpTopology`.
- * Acks are sent one per delivery, since your channel may carry other consumers.
+ * Acks are sent one per delivery, since your channel may carry other consumers. The handler never
+ * closes a channel you gave it (see `publishChannel` for the one case, on amqplib 0.10, where it
+ * stops publishing copies on it).
  */
 export function createAmqpMessageHandler(channel: Channel, processor: AnyInboxProcessor, options: AmqpMessageHandlerOptions): AmqpMessageHandler {
   if (options === null || typeof options !== 'object') throw new InboxError(InboxErrorCodes.INVALID_OPTIONS, 'options are required');

@@ -1,6 +1,10 @@
 import type { ConsumeMessage } from 'amqplib';
 import { describe, expect, it } from 'vitest';
 import { attemptOf, extractMessageId, mapDelivery, resolveMessageId } from './amqp-message.js';
+import { EventEmitter } from 'node:events';
+import type { ConfirmChannel } from 'amqplib';
+import { encodedTableSize, fitHeaders, HEADERS_BUDGET_BYTES, HEADERS_DROPPED_HEADER, messageIdHeaderOf, useAmqplibEncoder } from './amqp-header-budget.js';
+import { ConfirmedPublisher } from './amqp-publisher.js';
 import { retriedAttempt } from './amqp-retry.js';
 
 function delivery(properties: Partial<ConsumeMessage['properties']>, content = '{"a":1}'): ConsumeMessage {
@@ -95,5 +99,101 @@ describe('AMQP message mapping', () => {
       }),
     };
     expect(mapDelivery(delivery({ messageId: 'x' }), throwing, now)).toMatchObject({ outcome: { status: 'dead-letter', reason: 'invalid-message-id' } });
+  });
+});
+
+describe('copy headers: the budget', () => {
+  const own = { 'x-inboxed-attempt': 1, 'x-inboxed-original-queue': 'orders' };
+
+  it('sizes headers as amqplib encodes them: 8,500 booleans fit and are all kept, at once', () => {
+    const headers: Record<string, unknown> = {};
+    for (let i = 0; i < 8_500; i++) headers[`b${i.toString(36)}`] = true;
+    const started = performance.now();
+    const fitted = fitHeaders(headers, own);
+    expect(performance.now() - started).toBeLessThan(500);
+    expect(fitted.dropped).toEqual([]);
+    expect(encodedTableSize({ ...headers, ...own })).toBeLessThan(HEADERS_BUDGET_BYTES);
+  });
+
+  it('drops an unencodable header first and alone, then the largest ones, never an own header (the id header among them)', () => {
+    const id = `order-${'L'.repeat(294)}`;
+    // As amqplib decodes a double of -1e19: a plain number, which it types as a long and cannot write back.
+    const headers: Record<string, unknown> = { 'message-id': id, score: -1e19, keep: 'me' };
+    expect(fitHeaders(headers, { ...messageIdHeaderOf('message-id', id), ...own })).toMatchObject({ dropped: ['score'] });
+    for (let i = 0; i < 875; i++) headers[`h${String(i).padStart(3, '0')}`] = 'v'.repeat(60);
+    const fitted = fitHeaders(headers, { ...messageIdHeaderOf('message-id', id), ...own });
+    expect(fitted.dropped[0]).toBe('score');
+    expect(fitted.dropped).not.toContain('message-id');
+    expect(fitted.headers['message-id']).toBe(id);
+    expect(fitted.headers[HEADERS_DROPPED_HEADER]).toEqual(expect.arrayContaining(['score']));
+    expect(encodedTableSize(fitted.headers)).toBeLessThanOrEqual(HEADERS_BUDGET_BYTES);
+    expect(fitted.dropped.length).toBeLessThan(60); // only what had to go
+  });
+
+  it('the id header of a copy: none without a valid id', () => {
+    expect(messageIdHeaderOf('my-id', 'a')).toEqual({ 'my-id': 'a' });
+    expect(messageIdHeaderOf('my-id', undefined)).toEqual({});
+    expect(messageIdHeaderOf('my-id', 'x'.repeat(513))).toEqual({});
+  });
+
+  it("falls back to a conservative estimate without amqplib's encoder", () => {
+    useAmqplibEncoder(false);
+    try {
+      const fitted = fitHeaders({ 'message-id': 'm', pad: 'x'.repeat(64_900), small: 'kept' }, { ...messageIdHeaderOf('message-id', 'm'), ...own });
+      expect(fitted.dropped).toEqual(['pad']);
+      expect(encodedTableSize({ flag: true })).toBeGreaterThanOrEqual(4 + 1 + 4 + 2);
+    } finally {
+      useAmqplibEncoder(true);
+    }
+  });
+});
+
+describe('ConfirmedPublisher: a publish that throws', () => {
+  /** A confirm channel stand-in: `register` says whether a throwing publish left a confirm callback behind (amqplib 0.10). */
+  function fakeChannel(register: boolean) {
+    const channel = Object.assign(new EventEmitter(), {
+      unconfirmed: [] as unknown[],
+      closed: false,
+      publish(_exchange: string, routingKey: string, _content: Buffer, _options: unknown, callback: (error: unknown) => void) {
+        if (routingKey === 'bad') {
+          if (register) channel.unconfirmed.push(callback);
+          throw new RangeError('cannot encode');
+        }
+        channel.unconfirmed.push(callback);
+        return true;
+      },
+      async close() {
+        channel.closed = true;
+      },
+    });
+    return channel;
+  }
+
+  it('without a stale confirm callback (amqplib 2.x): only that copy fails, the channel is kept, copies awaiting confirms are not failed', async () => {
+    const channel = fakeChannel(false);
+    let replaced = 0;
+    const publisher = new ConfirmedPublisher(channel as unknown as ConfirmChannel, async () => {
+      replaced++;
+      return undefined;
+    });
+    const waiting = publisher.publish('', 'good', Buffer.from('a'), {}, ['a']);
+    await expect(publisher.publish('', 'bad', Buffer.from('b'), {}, ['b'])).rejects.toMatchObject({ code: 'AMQP_COPY_UNENCODABLE' });
+    (channel.unconfirmed[0] as (error: unknown) => void)(null);
+    await expect(waiting).resolves.toBeUndefined();
+    expect(replaced).toBe(0);
+    expect(publisher.currentChannel).toBe(channel);
+    const next = publisher.publish('', 'good', Buffer.from('c'), {}, ['c']);
+    (channel.unconfirmed[1] as (error: unknown) => void)(null);
+    await expect(next).resolves.toBeUndefined();
+  });
+
+  it('with a stale callback and no replacement (createAmqpMessageHandler on 0.10): the channel is left open, copies fail with a clear error', async () => {
+    const channel = fakeChannel(true);
+    const publisher = new ConfirmedPublisher(channel as unknown as ConfirmChannel);
+    const waiting = publisher.publish('', 'good', Buffer.from('a'), {}, ['a']);
+    await expect(publisher.publish('', 'bad', Buffer.from('b'), {}, ['b'])).rejects.toMatchObject({ code: 'AMQP_COPY_UNENCODABLE' });
+    await expect(waiting).rejects.toMatchObject({ code: 'AMQP_PUBLISH_FAILED' });
+    await expect(publisher.publish('', 'good', Buffer.from('c'), {}, ['c'])).rejects.toThrow(/give the handler a new confirm channel/);
+    expect(channel.closed).toBe(false);
   });
 });

@@ -42,11 +42,20 @@ export function copyProperties(delivery: ConsumeMessage, id: string | undefined)
  */
 export type ReplacePublishChannel = (broken: ConfirmChannel) => Promise<ConfirmChannel | undefined>;
 
-/** Without a connection to open another channel on (`createAmqpMessageHandler`): close the broken one, publish no more. */
-const closeWithoutReplacement: ReplacePublishChannel = async (broken) => {
-  broken.close().catch(() => undefined);
-  return undefined;
-};
+/**
+ * Without a connection to open another channel on (`createAmqpMessageHandler`): publish no more, but
+ * leave the channel open. It is the user's, and often the very channel the deliveries are consumed on.
+ */
+const noReplacement: ReplacePublishChannel = async () => undefined;
+
+/**
+ * How many confirm callbacks amqplib holds for `channel` (its internal `unconfirmed` array, in 0.10
+ * as in 2.x), or undefined when this amqplib has no such array.
+ */
+function confirmCallbacks(channel: ConfirmChannel): number | undefined {
+  const unconfirmed = (channel as unknown as { unconfirmed?: unknown }).unconfirmed;
+  return Array.isArray(unconfirmed) ? unconfirmed.length : undefined;
+}
 
 /** amqplib throws these when a message cannot be encoded (too large a header table, a property too long or of the wrong type). */
 function isEncodingError(error: unknown): boolean {
@@ -59,12 +68,16 @@ function isEncodingError(error: unknown): boolean {
  * returns the message before confirming it) instead of a silent drop after which the original
  * would be acked and lost.
  *
- * A `publish` that throws (a copy amqplib cannot encode) rejects with `AMQP_COPY_UNENCODABLE`, and
- * the channel is given up: amqplib 0.10 registers the confirm callback before encoding, so the
- * throw leaves a callback for a message never sent and every later confirm would be matched to the
- * wrong publish (a nacked copy taken as confirmed, its original acked and lost). Whatever still
- * awaited a confirm on it fails (`AMQP_PUBLISH_FAILED`: those originals are requeued, never acked),
- * and later copies go through a fresh channel from `replace`.
+ * A `publish` that throws (a copy amqplib cannot encode; copies are fitted with amqplib's own
+ * encoder first, so header values do not make it throw) rejects that copy with
+ * `AMQP_COPY_UNENCODABLE`. The channel is kept when the throw left no confirm callback behind
+ * (amqplib 2.x registers it after encoding). Only when amqplib did register one (0.10 registers it
+ * before encoding, so a callback for a message never sent would take every later confirm, and a
+ * nacked copy would be taken as confirmed, its original acked and lost) is the channel given up:
+ * whatever still awaited a confirm on it fails (`AMQP_PUBLISH_FAILED`: those originals are
+ * requeued, never acked), and later copies go through a fresh channel from `replace` (which closes
+ * the broken one when it owns it), or, without one (`createAmqpMessageHandler`: the channel is the
+ * user's, left open), fail with `AMQP_PUBLISH_FAILED`.
  */
 export class ConfirmedPublisher {
   private readonly returned = new Set<string>();
@@ -85,7 +98,7 @@ export class ConfirmedPublisher {
 
   constructor(
     channel: ConfirmChannel,
-    private readonly replace: ReplacePublishChannel = closeWithoutReplacement,
+    private readonly replace: ReplacePublishChannel = noReplacement,
   ) {
     this.channel = channel;
     channel.on('return', this.onReturn);
@@ -121,6 +134,7 @@ export class ConfirmedPublisher {
     const where = { exchange, routingKey };
     return new Promise<void>((resolve, reject) => {
       this.awaiting.set(publishId, reject);
+      const callbacksBefore = confirmCallbacks(channel);
       try {
         channel.publish(
           exchange,
@@ -154,7 +168,10 @@ export class ConfirmedPublisher {
         this.awaiting.delete(publishId);
         const code = isEncodingError(error) ? AmqpErrorCodes.COPY_UNENCODABLE : AmqpErrorCodes.PUBLISH_FAILED;
         reject(toAmqpError(code, `publish to ${JSON.stringify(where)} failed`, error, { messageIds, details: where }));
-        this.giveUp(channel, error);
+        // No confirm can arrive between the two reads (the same tick): a longer array is our stale callback.
+        const callbacksAfter = confirmCallbacks(channel);
+        const staleCallback = callbacksBefore === undefined || callbacksAfter === undefined || callbacksAfter > callbacksBefore;
+        if (staleCallback) this.giveUp(channel, error);
       }
     });
   }
@@ -186,8 +203,8 @@ export class ConfirmedPublisher {
     if (fresh === undefined) {
       this.unusable = toAmqpError(
         AmqpErrorCodes.PUBLISH_FAILED,
-        'the publish channel was closed after a publish threw (its confirms could not be trusted); give the handler a new confirm channel',
-        failure,
+        'a publish threw after amqplib had registered its confirm callback (amqplib 0.10), so confirms on the publish channel can no longer be matched to their copies; no more copies are published on it (the channel is left open): give the handler a new confirm channel',
+        failure.cause, // not `failure` itself: an error of the same code would be returned as it is
       );
       return;
     }

@@ -1,7 +1,7 @@
 import { OutcomeReasons, type InboxOutcome } from '@inboxed/core';
 import { redeliverAfterMs } from '@inboxed/core/adapter';
 import type { ConsumeMessage } from 'amqplib';
-import { publishCopy } from './amqp-header-budget.js';
+import { messageIdHeaderOf, publishCopy } from './amqp-header-budget.js';
 import { ATTEMPT_HEADER, attemptOf, ORIGINAL_QUEUE_HEADER } from './amqp-message.js';
 import { copyProperties, type ConfirmedPublisher } from './amqp-publisher.js';
 
@@ -39,8 +39,10 @@ export function retriedAttempt(delivery: ConsumeMessage, outcome: InboxOutcome):
  * Publishes the copy of a delivery to redeliver later (a `retry` or a `busy` outcome) to the retry
  * queue whose delay fits its `retryAfterMs` (through the default exchange), and resolves once the
  * broker confirmed and routed it. The queue's TTL dead-letters it back to the work queue after the
- * delay. Headers that would not fit amqplib's encoding buffer are left out (`x-inboxed-headers-dropped`);
- * a copy that cannot be encoded at all rejects with `AMQP_COPY_UNENCODABLE`.
+ * delay. The copy carries the id in `idHeader` (the header the consumer reads it from), so it comes
+ * back under the same id; original headers that would not fit amqplib's encoding buffer, or that it
+ * cannot encode, are left out (`x-inboxed-headers-dropped`); a copy that cannot be encoded at all
+ * rejects with `AMQP_COPY_UNENCODABLE`.
  */
 export async function publishRetryCopy(
   publisher: ConfirmedPublisher,
@@ -48,10 +50,15 @@ export async function publishRetryCopy(
   delivery: ConsumeMessage,
   outcome: InboxOutcome,
   id: string | undefined,
+  idHeader: string,
 ): Promise<void> {
   const { [ATTEMPT_HEADER]: _previousAttempt, ...original } = delivery.properties.headers ?? {};
   const attempt = retriedAttempt(delivery, outcome);
-  const own = { ...(attempt > 0 ? { [ATTEMPT_HEADER]: attempt } : {}), [ORIGINAL_QUEUE_HEADER]: topology.queue };
+  const own = {
+    ...messageIdHeaderOf(idHeader, id),
+    ...(attempt > 0 ? { [ATTEMPT_HEADER]: attempt } : {}),
+    [ORIGINAL_QUEUE_HEADER]: topology.queue,
+  };
   const delay = retryTierFor(redeliverAfterMs(outcome), topology.retryDelaysMs);
   await publishCopy(publisher, {
     exchange: '',

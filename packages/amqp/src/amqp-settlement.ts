@@ -31,6 +31,8 @@ export interface SettlementContext {
   acks: AckStrategy;
   publisher: ConfirmedPublisher;
   topology: Topology;
+  /** The header the consumer reads the message id from (`messageId.header`): every copy carries the id in it. */
+  messageIdHeader: string;
   events: ConsumerEventEmitter;
   /** The processor, whose `recordDeadLetter` puts every dead-letter on record before the copy is published. */
   processor: AnyInboxProcessor;
@@ -91,8 +93,8 @@ export function createSettlement(context: SettlementContext): (entry: Delivery, 
   /** Publishes the retry or dead-letter copy; resolves once the broker confirmed and routed it. */
   const publishCopyOf = (entry: Delivery, outcome: InboxOutcome, action: 'retry' | 'dead-letter') =>
     action === 'retry'
-      ? publishRetryCopy(context.publisher, topology, entry.delivery, outcome, entry.id)
-      : publishDeadLetter(context.publisher, topology, entry.delivery, outcome, entry.id);
+      ? publishRetryCopy(context.publisher, topology, entry.delivery, outcome, entry.id, context.messageIdHeader)
+      : publishDeadLetter(context.publisher, topology, entry.delivery, outcome, entry.id, context.messageIdHeader);
   /**
    * A dead-letter copy that cannot be encoded even without the original headers: the message is
    * kept (requeued after the pause, never acked, never rejected: inboxed cannot see whether the
