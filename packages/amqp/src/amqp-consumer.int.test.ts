@@ -216,6 +216,16 @@ describe('createAmqpConsumer: RabbitMQ specifics', () => {
     });
     expect(consumer.status()).toMatchObject({ state: 'stopped', connected: false, consuming: false });
   });
+  it('start() against a virtual host that does not exist says so, not only amqplib\'s "Expected ConnectionOpenOk"', async () => {
+    const url = new URL(k.h.url);
+    url.pathname = `/${k.h.queue}-no-such-vhost`;
+    const consumer = k.consume(k.processor(), { url: url.toString(), connection: undefined });
+    await expect(consumer.start()).rejects.toMatchObject({
+      code: 'AMQP_CONNECT_FAILED',
+      message: expect.stringMatching(/virtual host that exists/),
+    });
+    expect(consumer.status()).toMatchObject({ state: 'stopped', connected: false });
+  });
   it('stop() during a start stuck on a broker that never answers abandons the start at once', async () => {
     // A TCP server that accepts and then says nothing, as a half-dead broker or a black-holed port does.
     const sockets = new Set<import('node:net').Socket>();

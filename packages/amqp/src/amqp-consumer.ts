@@ -177,7 +177,9 @@ export function createAmqpConsumer(options: AmqpConsumerOptions): InboxConsumer 
         try {
           session = await Promise.race([opening, stop.promise]);
         } catch (error) {
-          throw toAmqpError(AmqpErrorCodes.CONNECT_FAILED, `could not start consuming ${topology.queue}`, error, { details: { queue: topology.queue } });
+          throw toAmqpError(AmqpErrorCodes.CONNECT_FAILED, `could not start consuming ${topology.queue}${connectHint(error)}`, error, {
+            details: { queue: topology.queue },
+          });
         } finally {
           stop.release();
         }
@@ -222,4 +224,16 @@ export function createAmqpConsumer(options: AmqpConsumerOptions): InboxConsumer 
     on: (event, listener) => events.on(event, listener),
     redeliveryHorizon,
   };
+}
+
+/**
+ * A hint for amqplib's least helpful connect error: RabbitMQ closes the connection while it opens,
+ * and amqplib says only "Expected ConnectionOpenOk; got <ConnectionClose ...>". That is almost always
+ * a virtual host that does not exist or that the user may not access.
+ */
+function connectHint(error: unknown): string {
+  const message = error instanceof Error ? error.message : '';
+  return /Expected ConnectionOpenOk/i.test(message)
+    ? ' (the broker closed the connection while opening it: does the URL name a virtual host that exists and that this user may access?)'
+    : '';
 }
