@@ -90,9 +90,11 @@ export function isConnectionFailure(error: unknown): boolean {
   if (classifyDatabaseError(error) !== 'unavailable') return false;
   for (const link of causeChain(error)) {
     if (link.code === '25006') return false;
-    // 57014 is a statement timeout or a cancel; only the timeout is a setting. An operator's
-    // pg_cancel_backend() ("canceling statement due to user request") is nobody's fault here.
-    if (link.code === '57014') return !/statement timeout/i.test(typeof link.message === 'string' ? link.message : '');
+    // 57014 is a statement timeout or a cancel, told apart only by the message, which PostgreSQL
+    // translates (lc_messages). Counted unless it is recognisably an operator's pg_cancel_backend()
+    // ("due to user request", English servers): a translated cancel is counted too, which ends in
+    // the dead-letter, rather than a translated timeout looping uncounted.
+    if (link.code === '57014') return /due to user request/i.test(typeof link.message === 'string' ? link.message : '');
   }
   return true;
 }

@@ -19,6 +19,8 @@ describe('whose failure is it, after the handler ran', () => {
     expect(completionFailure(wrapped('57014', 'canceling statement due to statement timeout')).kind).toBe('handler');
     expect(completionFailure(wrapped('57P01', 'terminating connection due to administrator command')).kind).toBe('outage');
     expect(completionFailure(wrapped('57014', 'canceling statement due to user request')).kind).toBe('outage'); // pg_cancel_backend()
+    // A server with translated messages (lc_messages = de_DE): the timeout is still counted, never an uncounted loop.
+    expect(completionFailure(wrapped('57014', 'storniere Anfrage wegen Zeitüberschreitung der Anfrage')).kind).toBe('handler');
     expect(completionFailure(Object.assign(new Error('read ECONNRESET'), { code: 'ECONNRESET' })).kind).toBe('outage');
     const readOnly = wrapped('25006', 'cannot execute UPDATE in a read-only transaction');
     expect(bodyFailure(new InboxStatementError('result', readOnly)).kind).toBe('handler');

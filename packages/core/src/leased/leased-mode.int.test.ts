@@ -187,6 +187,20 @@ describe.each(DRIVERS)('leased mode on %s', (driver) => {
     expect(await t.query(`select message_id from "${t.schema}".inbox_dead_letters`)).toEqual([]);
   });
 
+  it('a first claim runs the handler whatever attempts another processor counted; only a message claimed before stops at a spent budget', async () => {
+    // Attempts left by a transactional processor of the same consumer (its failures write no inbox row).
+    await t.query(`insert into "${t.schema}".inbox_attempts (consumer, message_id, attempts) values ('c', 'counted-elsewhere', 3)`);
+    let runs = 0;
+    const process = withInbox(
+      async () => {
+        runs++;
+      },
+      leased({ maxAttempts: 2 }),
+    );
+    expect(await process({ id: 'counted-elsewhere', payload: {} })).toMatchObject({ status: 'processed', fencingToken: 1 });
+    expect(runs).toBe(1);
+  });
+
   // Two copies in flight need two sessions; PGlite is one.
   it.skipIf(driver === 'pglite')(
     'an always-failing handler that outruns its lease, with two copies taking it over from each other, still ends in dead-letter',

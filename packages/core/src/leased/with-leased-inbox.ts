@@ -135,11 +135,16 @@ export function withLeasedInbox<TDb extends AnyPgDatabase, TPayload>(
     const { token, takeover } = claim;
     const lease = new Lease(leases, db, message.id, token, leaseMs, claimSentAt);
     const leased = { fencingToken: token, takeover };
-    if (claim.attempts >= resolved.maxAttempts) {
-      // Earlier attempts spent the budget while each was overtaken by the next copy's takeover
-      // (counted, but the claim was no longer theirs to dead-letter): this claim's holder ends it.
+    if (token > 1 && claim.attempts >= resolved.maxAttempts) {
+      // The message was claimed before and its budget is spent: typically attempts overtaken one by
+      // one by the next copy's takeover (counted, but each claim was no longer theirs to
+      // dead-letter). This claim's holder ends it instead of running the handler once more.
       lease.dispose();
-      const spent = leaseLostError(message.id, token, `${claim.attempts} earlier attempts ran out of lease and were taken over`);
+      const spent = new InboxError(
+        InboxErrorCodes.HANDLER_FAILED,
+        `${claim.attempts} attempts were already counted (maxAttempts ${resolved.maxAttempts}); the handler was not run again`,
+        { messageIds: [message.id] },
+      );
       return { ...(await failed(message, lease, { kind: 'handler', error: spent })), ...leased };
     }
     try {
