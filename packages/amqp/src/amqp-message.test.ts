@@ -56,6 +56,10 @@ describe('AMQP message mapping', () => {
   it('refuses fallback: RabbitMQ has no per-message id of its own', () => {
     expect(() => resolveMessageId({ fallback: true })).toThrow(/fallback is not supported/);
     expect(() => resolveMessageId({ header: '' })).toThrow(/header/);
+    // Copies carry the id in this header: it must be encodable and not one inboxed writes itself.
+    expect(() => resolveMessageId({ header: 'h'.repeat(256) })).toThrow(/255 bytes/);
+    expect(() => resolveMessageId({ header: 'x-inboxed-attempt' })).toThrow(/x-inboxed-/);
+    expect(() => resolveMessageId({ header: 'X-Inboxed-Publish-Id' })).toThrow(/x-inboxed-/);
   });
 
   it('counts attempts from the x-inboxed-attempt header of retried copies; only handler failures advance it', () => {

@@ -38,6 +38,16 @@ export function resolveMessageId(options: AmqpMessageIdOptions | undefined): Res
   }
   const header = options?.header ?? DEFAULT_MESSAGE_ID_HEADER;
   if (typeof header !== 'string' || header === '') throw new InboxError(InboxErrorCodes.INVALID_OPTIONS, 'options.messageId.header must be a non-empty string');
+  // Copies carry the id in this header: a name AMQP cannot encode (over 255 bytes) would make every
+  // copy fail, and one of inboxed's own would be overwritten by the copy's attempt, queue or publish id.
+  if (Buffer.byteLength(header, 'utf8') > 255)
+    throw new InboxError(InboxErrorCodes.INVALID_OPTIONS, 'options.messageId.header must be at most 255 bytes (an AMQP field name)');
+  if (header.toLowerCase().startsWith('x-inboxed-')) {
+    throw new InboxError(
+      InboxErrorCodes.INVALID_OPTIONS,
+      `options.messageId.header must not be one of inboxed's own x-inboxed-* headers (got ${JSON.stringify(header)})`,
+    );
+  }
   if (options?.extract !== undefined && typeof options.extract !== 'function') {
     throw new InboxError(InboxErrorCodes.INVALID_OPTIONS, 'options.messageId.extract must be a function');
   }
