@@ -201,55 +201,6 @@ describe.each(DRIVERS)('leased mode on %s', (driver) => {
     expect(runs).toBe(1);
   });
 
-  // Two copies in flight need two sessions; PGlite is one.
-  it.skipIf(driver === 'pglite')(
-    'an always-failing handler that outruns its lease, with two copies taking it over from each other, still ends in dead-letter',
-    async () => {
-      let runs = 0;
-      const process = withInbox(
-        async () => {
-          runs++;
-          await sleep(500); // a provider call that cannot be cut short, longer than the lease
-          throw new Error('the provider says no, always');
-        },
-        leased({ leaseMs: 200, maxAttempts: 2 }),
-      );
-      let ended: InboxOutcome | undefined;
-      const copy = async (startAfter: number) => {
-        await sleep(startAfter);
-        while (ended === undefined) {
-          const outcome = await process({ id: 'overtaken', payload: {} });
-          if (outcome.status === 'dead-letter') ended ??= outcome;
-          else await sleep(100); // the broker redelivers this copy
-        }
-      };
-      await Promise.race([Promise.all([copy(0), copy(300)]), sleep(8_000)]);
-      expect(ended).toMatchObject({ status: 'dead-letter', reason: 'max-attempts-exceeded' });
-      expect(runs).toBeLessThanOrEqual(4);
-    },
-    20_000,
-  );
-
-  // PGlite is one session: a second statement waits for the holder's transaction instead of its lock.
-  it.skipIf(driver === 'pglite')('the leased claim waits on a locked row at most lockTimeoutMs: then a retry (in-progress), not counted', async () => {
-    const entered = gate();
-    const hold = gate();
-    // A transactional copy of the same consumer holds the row lock while its handler runs.
-    const holder = withInbox(async () => {
-      entered.open();
-      await hold.opened;
-    }, database.options());
-    const holding = holder({ id: 'locked', payload: {} });
-    await entered.opened;
-    const started = performance.now();
-    const waiting = await withInbox(async () => {}, leased({ lockTimeoutMs: 200 }))({ id: 'locked', payload: {} });
-    expect(waiting).toMatchObject({ status: 'retry', reason: 'in-progress', error: { code: InboxErrorCodes.LOCK_TIMEOUT } });
-    expect(performance.now() - started).toBeLessThan(3_000);
-    expect(await attempts('locked')).toBeUndefined();
-    hold.open();
-    expect(await holding).toMatchObject({ status: 'processed' });
-  });
-
   it('renewLease() keeps a long handler past leaseMs: copies meanwhile are busy, and it completes', async () => {
     const entered = gate();
     const process = withInbox(
@@ -503,5 +454,66 @@ describe.each(DRIVERS)('leased mode on %s', (driver) => {
       hold.open();
       expect(await running).toMatchObject({ status: 'processed' });
     });
+  });
+});
+
+/**
+ * Cases that need two database sessions at once: two copies in flight, or a row lock held by one
+ * session while another waits on it. PGlite is a single session (a second statement waits for the
+ * first one's transaction, not for its lock), so these run on the drivers of a real server.
+ */
+const TWO_SESSION_DRIVERS = DRIVERS.filter((driver) => driver !== 'pglite');
+
+describe.each(TWO_SESSION_DRIVERS)('leased mode with two sessions on %s', (driver) => {
+  const database = useMigratedDatabase(driver, { poolSize: 6 });
+  let t: TestDatabase;
+  beforeEach(() => {
+    t = database.t;
+  });
+  const leased = (extra: Record<string, unknown> = {}) => ({ ...database.options(extra), mode: 'leased' as const });
+  const attempts = async (id: string) =>
+    (await t.query<{ attempts: number }>(`select attempts from "${t.schema}".inbox_attempts where message_id = '${id}'`))[0];
+
+  it('an always-failing handler that outruns its lease, with two copies taking it over from each other, still ends in dead-letter', async () => {
+    let runs = 0;
+    const process = withInbox(
+      async () => {
+        runs++;
+        await sleep(500); // a provider call that cannot be cut short, longer than the lease
+        throw new Error('the provider says no, always');
+      },
+      leased({ leaseMs: 200, maxAttempts: 2 }),
+    );
+    let ended: InboxOutcome | undefined;
+    const copy = async (startAfter: number) => {
+      await sleep(startAfter);
+      while (ended === undefined) {
+        const outcome = await process({ id: 'overtaken', payload: {} });
+        if (outcome.status === 'dead-letter') ended ??= outcome;
+        else await sleep(100); // the broker redelivers this copy
+      }
+    };
+    await Promise.race([Promise.all([copy(0), copy(300)]), sleep(8_000)]);
+    expect(ended).toMatchObject({ status: 'dead-letter', reason: 'max-attempts-exceeded' });
+    expect(runs).toBeLessThanOrEqual(4);
+  }, 20_000);
+
+  it('the leased claim waits on a locked row at most lockTimeoutMs: then a retry (in-progress), not counted', async () => {
+    const entered = gate();
+    const hold = gate();
+    // A transactional copy of the same consumer holds the row lock while its handler runs.
+    const holder = withInbox(async () => {
+      entered.open();
+      await hold.opened;
+    }, database.options());
+    const holding = holder({ id: 'locked', payload: {} });
+    await entered.opened;
+    const started = performance.now();
+    const waiting = await withInbox(async () => {}, leased({ lockTimeoutMs: 200 }))({ id: 'locked', payload: {} });
+    expect(waiting).toMatchObject({ status: 'retry', reason: 'in-progress', error: { code: InboxErrorCodes.LOCK_TIMEOUT } });
+    expect(performance.now() - started).toBeLessThan(3_000);
+    expect(await attempts('locked')).toBeUndefined();
+    hold.open();
+    expect(await holding).toMatchObject({ status: 'processed' });
   });
 });
