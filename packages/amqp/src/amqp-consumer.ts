@@ -4,7 +4,6 @@ import { createDeliveryHandler } from './amqp-deliveries.js';
 import { AmqpErrorCodes, toAmqpError } from './amqp-errors.js';
 import { resolveMessageId } from './amqp-message.js';
 import { type AmqpConsumerOptions, resolveConsumerOptions } from './amqp-options.js';
-import { rateLimitedErrorsOf } from './amqp-rate-limit.js';
 import { ReconnectPacing } from './amqp-reconnect.js';
 import { amqpRedeliveryHorizon } from './amqp-retention.js';
 import { cancelSession, closeSession, openSession, type Session, type SessionConfig } from './amqp-session.js';
@@ -68,7 +67,6 @@ export function createAmqpConsumer(options: AmqpConsumerOptions): InboxConsumer 
     prefetch: resolved.prefetch,
   };
   const events = new ConsumerEventEmitter(options.logger);
-  const lossReports = rateLimitedErrorsOf(events);
   const pacing = new ReconnectPacing(resolved.reconnect);
   const inFlight = new InFlight();
   const name = `amqp consumer of ${topology.queue}`;
@@ -139,7 +137,7 @@ export function createAmqpConsumer(options: AmqpConsumerOptions): InboxConsumer 
         : toAmqpError(AmqpErrorCodes.CONNECTION_LOST, `lost the RabbitMQ connection of ${topology.queue}; reconnecting`, reason, {
             details: { queue: topology.queue },
           });
-    lossReports.report(`${error.code}:${String(error.details.amqpCode ?? '')}`, error);
+    events.reportRecurring(`${error.code}:${String(error.details.amqpCode ?? '')}`, error);
   }
 
   /** Watches the session; when it is lost, reports it, closes what is left of it and reopens it (paced across sessions that die young). */

@@ -6,7 +6,6 @@ import { deadLetterDestination, publishDeadLetter } from './amqp-dead-letter.js'
 import { AmqpErrorCodes, toAmqpError } from './amqp-errors.js';
 import type { ConfirmedPublisher } from './amqp-publisher.js';
 import { publishRetryCopy } from './amqp-retry.js';
-import { rateLimitedErrorsOf } from './amqp-rate-limit.js';
 import type { Topology } from './amqp-topology.js';
 
 /** Dead-letter reason of a delivery to retry whose retry copy could not be encoded: it cannot wait in a retry queue. */
@@ -102,7 +101,7 @@ export function createSettlement(context: SettlementContext): (entry: Delivery, 
    * reported at most once per 30 s, since it comes back and fails the same way.
    */
   const keepUnencodable = async (entry: Delivery, outcome: InboxOutcome, error: InboxError): Promise<void> => {
-    rateLimitedErrorsOf(events).report(
+    events.reportRecurring(
       AmqpErrorCodes.COPY_UNENCODABLE,
       toAmqpError(
         AmqpErrorCodes.COPY_UNENCODABLE,

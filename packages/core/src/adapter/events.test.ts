@@ -42,4 +42,22 @@ describe('ConsumerEventEmitter', () => {
     events.emitOutcome(retry('in-progress', 'LOCK_TIMEOUT'), new Date(0));
     expect(errors).toEqual([]);
   });
+
+  it('paces a recurring error: the first at once as it is, then at most once per interval per key, with the count since the last report', () => {
+    let now = 0;
+    const events = new ConsumerEventEmitter(undefined, () => now);
+    const emitted: InboxError[] = [];
+    events.on('error', (e) => emitted.push(e));
+    const lost = () => new InboxError('AMQP_CONNECTION_LOST', 'channel closed', { details: { amqpCode: 404 } });
+    events.reportRecurring('a', lost());
+    for (let i = 0; i < 5; i++) events.reportRecurring('a', lost());
+    events.reportRecurring('b', lost());
+    expect(emitted).toHaveLength(2);
+    expect(emitted[0]!.message).toBe('channel closed');
+    now = INFRASTRUCTURE_ERROR_INTERVAL_MS;
+    events.reportRecurring('a', lost());
+    expect(emitted).toHaveLength(3);
+    expect(emitted[2]!.code).toBe('AMQP_CONNECTION_LOST');
+    expect(emitted[2]!.details).toMatchObject({ amqpCode: 404, retriesSinceLastReport: 6 });
+  });
 });

@@ -85,8 +85,8 @@ export const INFRASTRUCTURE_ERROR_INTERVAL_MS = 30_000;
  */
 export class ConsumerEventEmitter {
   private readonly emitter = new EventEmitter();
-  /** Per infrastructure reason: when it was last reported, and how many retries since. */
-  private readonly infrastructure = new Map<string, { reportedAt: number; since: number }>();
+  /** Per key of a recurring report: when it was last reported, and how many times it happened since. */
+  private readonly recurring = new Map<string, { reportedAt: number; since: number }>();
   /** When a delivery last settled with the broker. */
   lastSettledAt: Date | undefined;
   /** The last `error` emitted. */
@@ -196,14 +196,9 @@ export class ConsumerEventEmitter {
   private reportInfrastructure(outcome: InboxOutcome): void {
     const reason = outcome.reason;
     if (reason === undefined || !INFRASTRUCTURE_REASONS.has(reason) || outcome.error === undefined) return;
-    const now = this.now();
-    const seen = this.infrastructure.get(reason);
-    if (seen !== undefined && now - seen.reportedAt < INFRASTRUCTURE_ERROR_INTERVAL_MS) {
-      seen.since++;
-      return;
-    }
-    const retries = (seen?.since ?? 0) + 1;
-    this.infrastructure.set(reason, { reportedAt: now, since: 0 });
+    const due = this.occurrencesToReport(`retry:${reason}`);
+    if (due === undefined) return;
+    const retries = due.times;
     const { error } = outcome;
     this.emit(
       'error',
@@ -213,5 +208,45 @@ export class ConsumerEventEmitter {
         details: { ...error.details, reason, retriesSinceLastReport: retries },
       }),
     );
+  }
+
+  /**
+   * Raises an `error` event for something that keeps happening on its own (a session the broker
+   * keeps closing, a copy that can never be encoded), paced like the infrastructure retries: the
+   * first at once and as it is, then at most one per {@link INFRASTRUCTURE_ERROR_INTERVAL_MS} per
+   * `key`, saying how many times it happened since the last report (`details.retriesSinceLastReport`).
+   */
+  reportRecurring(key: string, error: InboxError): void {
+    const due = this.occurrencesToReport(`recurring:${key}`);
+    if (due === undefined) return;
+    if (due.first) {
+      this.emit('error', error);
+      return;
+    }
+    const { times } = due;
+    this.emit(
+      'error',
+      new InboxError(error.code, `${times} time${times === 1 ? '' : 's'} since the last report; latest: ${error.message}`, {
+        cause: error,
+        messageIds: error.messageIds,
+        details: { ...error.details, retriesSinceLastReport: times },
+      }),
+    );
+  }
+
+  /**
+   * Counts one occurrence under `key`: when it is time to report, how many happened since the last
+   * report (this one included) and whether this is the first ever; `undefined` while the interval
+   * since the last report runs.
+   */
+  private occurrencesToReport(key: string): { times: number; first: boolean } | undefined {
+    const now = this.now();
+    const seen = this.recurring.get(key);
+    if (seen !== undefined && now - seen.reportedAt < INFRASTRUCTURE_ERROR_INTERVAL_MS) {
+      seen.since++;
+      return undefined;
+    }
+    this.recurring.set(key, { reportedAt: now, since: 0 });
+    return { times: (seen?.since ?? 0) + 1, first: seen === undefined };
   }
 }
