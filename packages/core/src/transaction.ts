@@ -36,15 +36,19 @@ export interface TransactionPlan<TDb extends AnyPgDatabase, T> {
 /** @internal The committed value, or why nothing committed. Never a thrown error. */
 export type TransactionResult<T> = { ok: true; value: T } | { ok: false; failure: TransactionFailure };
 
+/** True when the claim was refused as read-only (25006): see {@link leftReadOnlyByAHandler}. */
+function refusedAsReadOnly(result: TransactionResult<unknown>): boolean {
+  return !result.ok && result.failure.kind === 'outage' && isReadOnlyRefusal(result.failure.error);
+}
+
 /**
- * True when the claim was refused as read-only (25006) although neither the server nor the
- * database or role is read-only by default: an earlier handler left its session read-only (`SET
- * SESSION CHARACTERISTICS AS TRANSACTION READ ONLY`). The claim is then worth one more try, saying
- * READ WRITE. A database a DBA froze (`default_transaction_read_only` on for the database or role)
- * is respected: the refusal stays the outage it is, as on a standby (where READ WRITE is refused too).
+ * After a claim refused as read-only: true when neither the database nor the role is read-only by
+ * default, so an earlier handler left its session read-only (`SET SESSION CHARACTERISTICS AS
+ * TRANSACTION READ ONLY`) and the claim is worth one more try, saying READ WRITE. A database a DBA
+ * froze (`default_transaction_read_only` on for the database or role) is respected: the refusal
+ * stays the outage it is, as on a standby (where READ WRITE is refused too).
  */
-async function leftReadOnlyByAHandler(db: AnyPgDatabase, result: TransactionResult<unknown>): Promise<boolean> {
-  if (result.ok || result.failure.kind !== 'outage' || !isReadOnlyRefusal(result.failure.error)) return false;
+async function leftReadOnlyByAHandler(db: AnyPgDatabase): Promise<boolean> {
   try {
     const rows = await rowsOf<{ frozen: boolean }>(db, sql`select reset_val = 'on' as frozen from pg_settings where name = 'default_transaction_read_only'`);
     return rows[0]?.frozen === false;
@@ -84,7 +88,8 @@ export async function runInboxTransaction<TDb extends AnyPgDatabase, T>(
     for (let run = 0; ; run++) {
       runs = run + 1;
       let result = await once(false);
-      if (await leftReadOnlyByAHandler(options.db, result)) result = await once(true);
+      // Only a refused claim pays for the look at pg_settings; a committed transaction pays nothing.
+      if (refusedAsReadOnly(result) && (await leftReadOnlyByAHandler(options.db))) result = await once(true);
       if (!result.ok && result.failure.kind === 'conflict') conflicts++;
       if (result.ok || result.failure.kind !== 'conflict' || run >= options.transactionRetries) return result;
       // Short, jittered and growing: the competing transaction usually finishes within milliseconds.
