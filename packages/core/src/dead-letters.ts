@@ -1,6 +1,6 @@
 import { sql } from 'drizzle-orm';
-import { getTableConfig } from 'drizzle-orm/pg-core';
 import { storableText } from './error-text.js';
+import { qualifiedName } from './qualified-name.js';
 import type { InboxTables } from './schema.js';
 import type { AnyPgDatabase, InboxOutcome } from './types.js';
 
@@ -10,11 +10,6 @@ export interface DeadLetterPlace {
   destination: string;
   /** Where the delivery came from (`amqp:orders`, `kafka:payments/3`). */
   source?: string | undefined;
-}
-
-function qualifiedName(table: InboxTables[keyof InboxTables]): string {
-  const config = getTableConfig(table);
-  return config.schema === undefined ? `"${config.name}"` : `"${config.schema}"."${config.name}"`;
 }
 
 /**

@@ -1,6 +1,8 @@
 import { sql, type SQL } from 'drizzle-orm';
 import { getTableConfig } from 'drizzle-orm/pg-core';
 import { describeError, storableText } from './error-text.js';
+import { qualifiedName } from './qualified-name.js';
+import { rowsOf } from './query-rows.js';
 import type { InboxTables } from './schema.js';
 import type { AnyPgDatabase } from './types.js';
 
@@ -82,12 +84,6 @@ export const CLAIM_LOST_MARKER = 'inboxed:claim-lost';
 type Queryable = Pick<AnyPgDatabase, 'insert' | 'select' | 'update'>;
 type Executable = Pick<AnyPgDatabase, 'execute'>;
 
-/** Rows of a raw query on any driver: node-postgres and PGlite return `{ rows }`, postgres-js an array. */
-async function rowsOf<T>(tx: Executable, query: SQL): Promise<T[]> {
-  const result = (await tx.execute(query)) as unknown;
-  return (Array.isArray(result) ? result : (result as { rows: T[] }).rows) as T[];
-}
-
 /**
  * Sent right before the completion check when it reads rows by tuple id: `SET LOCAL enable_seqscan =
  * off`, as a function call. PostgreSQL costs a TID scan as one random page read per row, so up to
@@ -144,8 +140,7 @@ export class InboxStore {
     private readonly consumer: string,
   ) {
     const config = getTableConfig(tables.inbox);
-    // Names were validated as plain identifiers when the tables were built.
-    this.inboxNameText = config.schema === undefined ? `"${config.name}"` : `"${config.schema}"."${config.name}"`;
+    this.inboxNameText = qualifiedName(tables.inbox);
     this.inboxName = sql.raw(this.inboxNameText);
     this.pinned = config.schema !== undefined;
   }

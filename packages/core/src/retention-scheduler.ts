@@ -3,7 +3,9 @@ import { defaultLogger, type InboxLogger } from './adapter/logger.js';
 import { classifyDatabaseError } from './database-errors.js';
 import { describeError, sqlStateOf } from './error-text.js';
 import { InboxError, InboxErrorCodes, isInboxError } from './errors.js';
-import { deleteBatch, planPurge, purgeStatements, qualifiedName, runBatches, type PurgeOptions, type PurgePlan } from './retention.js';
+import { rowsIn } from './query-rows.js';
+import { qualifiedName } from './qualified-name.js';
+import { deleteBatch, planPurge, purgeStatements, runBatches, type PurgeOptions, type PurgePlan } from './retention.js';
 import { recordRetentionRun } from './telemetry/instruments.js';
 import type { AnyPgDatabase } from './types.js';
 
@@ -58,10 +60,6 @@ export interface InboxRetention {
   stop(): Promise<void>;
 }
 
-function rowsOf<T>(result: unknown): T[] {
-  return (Array.isArray(result) ? result : (result as { rows: T[] }).rows) as T[];
-}
-
 function validate(options: InboxRetentionOptions): { jitter: number; statementTimeoutMs: number } {
   const { everyMs, jitter = 0.1, statementTimeoutMs = 30_000 } = options;
   const invalid = (text: string) => new InboxError(InboxErrorCodes.INVALID_OPTIONS, text);
@@ -109,7 +107,7 @@ export function startInboxRetention(db: AnyPgDatabase, options: InboxRetentionOp
   const lockedBatch = (statement: SQL): Promise<number | undefined> => {
     if (stopping) return Promise.resolve(undefined);
     return db.transaction(async (tx) => {
-      const [row] = rowsOf<{ got: boolean }>(
+      const [row] = rowsIn<{ got: boolean }>(
         await tx.execute(
           sql`select pg_try_advisory_xact_lock(hashtext(${lockKey})) as got, set_config('statement_timeout', ${String(statementTimeoutMs)}, true)`,
         ),
@@ -120,7 +118,7 @@ export function startInboxRetention(db: AnyPgDatabase, options: InboxRetentionOp
   };
 
   const oldestAgeMs = async (): Promise<number | null> => {
-    const [row] = rowsOf<{ ms: number | string | null }>(
+    const [row] = rowsIn<{ ms: number | string | null }>(
       await db.execute(sql`select (extract(epoch from (now() - min(completed_at))) * 1000)::float8 as ms from ${inbox} ${scope}`),
     );
     return row?.ms === null || row?.ms === undefined ? null : Math.max(0, Math.round(Number(row.ms)));

@@ -1,6 +1,7 @@
 import { sql, type SQL } from 'drizzle-orm';
-import { getTableConfig } from 'drizzle-orm/pg-core';
 import { InboxError, InboxErrorCodes } from './errors.js';
+import { qualifiedName } from './qualified-name.js';
+import { rowsIn } from './query-rows.js';
 import { createInboxTables, type InboxTableNames, type InboxTables } from './schema.js';
 import type { AnyPgDatabase } from './types.js';
 
@@ -31,12 +32,6 @@ export interface PurgeResult {
   attemptsDeleted: number;
 }
 
-/** @internal */
-export function qualifiedName(table: InboxTables[keyof InboxTables]): string {
-  const config = getTableConfig(table);
-  return config.schema === undefined ? `"${config.name}"` : `"${config.schema}"."${config.name}"`;
-}
-
 /** @internal Validated purge settings, shared by {@link purgeInbox} and the retention scheduler. */
 export interface PurgePlan {
   tables: InboxTables;
@@ -56,10 +51,6 @@ export function planPurge(options: PurgeOptions): PurgePlan {
     throw new InboxError(InboxErrorCodes.INVALID_OPTIONS, 'maxBatches must be an integer >= 1');
   const tables = options.tables !== undefined && 'inbox' in options.tables ? options.tables : createInboxTables(options.tables);
   return { tables, olderThanMs, consumer: options.consumer, batchSize, maxBatches };
-}
-
-function countRows(result: unknown): number {
-  return (Array.isArray(result) ? result : (result as { rows: unknown[] }).rows).length;
 }
 
 /**
@@ -116,7 +107,7 @@ export async function runBatches(
 
 /** @internal One statement on `db`, its deleted rows counted. */
 export async function deleteBatch(db: Pick<AnyPgDatabase, 'execute'>, statement: SQL): Promise<number> {
-  return countRows(await db.execute(statement));
+  return rowsIn(await db.execute(statement)).length;
 }
 
 /**

@@ -30,11 +30,7 @@ export function adminTables(names: InboxTableNames = {}): AdminTables {
   };
 }
 
-/** @internal Rows of a raw query on any driver: node-postgres and PGlite return `{ rows }`, postgres-js an array. */
-export async function rowsOf<T>(db: Executable, query: SQL): Promise<T[]> {
-  const result = (await db.execute(query)) as unknown;
-  return (Array.isArray(result) ? result : (result as { rows: T[] }).rows) as T[];
-}
+export { rowsOf } from '../query-rows.js';
 
 /**
  * @internal Runs an admin operation, turning database failures into the one error model: a missing

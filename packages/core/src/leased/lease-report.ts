@@ -1,5 +1,6 @@
 import { sql } from 'drizzle-orm';
-import { getTableConfig } from 'drizzle-orm/pg-core';
+import { qualifiedName } from '../qualified-name.js';
+import { rowsOf } from '../query-rows.js';
 import { createInboxTables, type InboxTableNames, type InboxTables } from '../schema.js';
 import type { AnyPgDatabase } from '../types.js';
 
@@ -25,21 +26,17 @@ export interface LeaseReport {
  */
 export async function inspectLeases(db: AnyPgDatabase, options: { consumer?: string; tables?: InboxTableNames | InboxTables } = {}): Promise<LeaseReport> {
   const tables = options.tables !== undefined && 'inbox' in options.tables ? options.tables : createInboxTables(options.tables);
-  const config = getTableConfig(tables.inbox);
-  const inbox = sql.raw(config.schema === undefined ? `"${config.name}"` : `"${config.schema}"."${config.name}"`);
+  const inbox = sql.raw(qualifiedName(tables.inbox));
   const scope = options.consumer === undefined ? sql`` : sql` and consumer = ${options.consumer}`;
-  const result = (await db.execute(sql`
+  const [row] = await rowsOf<{ live: number; expired: number; released: number; oldest: number | null }>(
+    db,
+    sql`
     select count(*) filter (where lease_expires_at > now())::int as live,
            count(*) filter (where lease_expires_at <= now())::int as expired,
            count(*) filter (where lease_expires_at is null)::int as released,
            (extract(epoch from (now() - min(completed_at))) * 1000)::float8 as oldest
-    from ${inbox} where status = 'processing'${scope}`)) as unknown;
-  const [row] = (Array.isArray(result) ? result : (result as { rows: unknown[] }).rows) as {
-    live: number;
-    expired: number;
-    released: number;
-    oldest: number | null;
-  }[];
+    from ${inbox} where status = 'processing'${scope}`,
+  );
   return {
     live: Number(row?.live ?? 0),
     expired: Number(row?.expired ?? 0),

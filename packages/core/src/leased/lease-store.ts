@@ -1,15 +1,11 @@
-import { sql, type SQL } from 'drizzle-orm';
+import { sql } from 'drizzle-orm';
 import type { ClaimRow, InboxStore } from '../inbox-store.js';
+import { rowsOf } from '../query-rows.js';
 import { Attr, recordClaim } from '../telemetry/instruments.js';
 import { startInternalSpan } from '../telemetry/spans.js';
 import type { AnyPgDatabase } from '../types.js';
 
 type Executable = Pick<AnyPgDatabase, 'execute'>;
-
-async function rowsOf<T>(db: Executable, query: SQL): Promise<T[]> {
-  const result = (await db.execute(query)) as unknown;
-  return (Array.isArray(result) ? result : (result as { rows: T[] }).rows) as T[];
-}
 
 /** What the leased claim found, as one row of its statement. */
 interface ClaimRowResult {

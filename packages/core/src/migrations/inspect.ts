@@ -1,5 +1,7 @@
 import { sql } from 'drizzle-orm';
 import { getTableConfig } from 'drizzle-orm/pg-core';
+import { qualifiedName } from '../qualified-name.js';
+import { rowsOf } from '../query-rows.js';
 import type { InboxTables } from '../schema.js';
 import type { AnyPgDatabase } from '../types.js';
 
@@ -8,11 +10,6 @@ type Executable = Pick<AnyPgDatabase, 'execute'>;
 interface IndexRow {
   usable: boolean;
   columns: string[];
-}
-
-async function rowsOf<T>(db: Executable, query: ReturnType<typeof sql>): Promise<T[]> {
-  const result = (await db.execute(query)) as unknown;
-  return (Array.isArray(result) ? result : (result as { rows: T[] }).rows) as T[];
 }
 
 /**
@@ -27,7 +24,7 @@ export async function inspectInboxTables(db: Executable, tables: InboxTables): P
   const keyed = new Set<unknown>([tables.inbox, tables.inboxAttempts]);
   for (const table of [tables.inbox, tables.inboxAttempts, tables.inboxDeadLetters, tables.inboxAudit]) {
     const config = getTableConfig(table);
-    const name = config.schema === undefined ? `"${config.name}"` : `"${config.schema}"."${config.name}"`;
+    const name = qualifiedName(table);
     const [found] = await rowsOf<{ oid: number | null }>(db, sql`select to_regclass(${name})::oid as oid`);
     if (found?.oid === null || found?.oid === undefined) {
       problems.push(`table ${name} does not exist`);

@@ -1,5 +1,6 @@
 import { sql } from 'drizzle-orm';
 import { InboxError, InboxErrorCodes } from '../errors.js';
+import { rowsOf } from '../query-rows.js';
 import type { AnyPgDatabase } from '../types.js';
 
 /** The oldest PostgreSQL major inboxed supports; CI proves 14 to 18. */
@@ -11,8 +12,10 @@ export const MIN_POSTGRES_MAJOR = 14;
  * at a consumer's start, beats failing on the first message in some other way.
  */
 export async function assertSupportedServer(db: Pick<AnyPgDatabase, 'execute'>): Promise<void> {
-  const result = (await db.execute(sql`select current_setting('server_version_num') as num, current_setting('server_version') as version`)) as unknown;
-  const [row] = (Array.isArray(result) ? result : (result as { rows: unknown[] }).rows) as { num: string; version: string }[];
+  const [row] = await rowsOf<{ num: string; version: string }>(
+    db,
+    sql`select current_setting('server_version_num') as num, current_setting('server_version') as version`,
+  );
   const num = Number(row?.num);
   if (Number.isFinite(num) && num < MIN_POSTGRES_MAJOR * 10_000) {
     throw new InboxError(
