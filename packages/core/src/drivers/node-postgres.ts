@@ -163,6 +163,15 @@ export async function nodePostgresTransaction<TDb extends AnyPgDatabase, T>(
   client.on('error', onError);
   let failure: TransactionFailure | undefined;
   let abandoned = false;
+  // From BEGIN until COMMIT or ROLLBACK completes. A client released while it is true (an unexpected
+  // throw between the two) is destroyed: handed back as it is, its open transaction would take in
+  // the next delivery's statements and commit this one's claim with them.
+  let open = false;
+  const rollbackOpen = async (): Promise<unknown> => {
+    const error = await rollback(client);
+    if (error === undefined) open = false;
+    return error;
+  };
   try {
     const quote = (value: string) => quoteLiteral(client, value);
     const mode = [options.isolationLevel === undefined ? '' : ` isolation level ${options.isolationLevel}`, readWrite ? ' read write' : ''].join('');
@@ -171,12 +180,13 @@ export async function nodePostgresTransaction<TDb extends AnyPgDatabase, T>(
     let claimed: Claimed;
     const claimSentAt = performance.now();
     try {
+      open = true;
       const results = resultsOf(await client.query(`${begin}; ${claim}`));
       claimed = claimedOf(results[1]!.rows as { message_id: string; tid: unknown }[]);
       recordClaimOf(options.consumer, claimSentAt, plan.rows.length, { claimed: claimed.ids.size });
     } catch (error) {
       recordClaimOf(options.consumer, claimSentAt, plan.rows.length, { error });
-      const problem = firstOf(await rollback(client), connectionProblem);
+      const problem = firstOf(await rollbackOpen(), connectionProblem);
       failure = problem !== undefined ? { kind: 'outage', error } : claimFailure(error);
       return { ok: false, failure };
     }
@@ -205,7 +215,7 @@ export async function nodePostgresTransaction<TDb extends AnyPgDatabase, T>(
         return { ok: false, failure };
       }
       // A dead connection rolls back on the server anyway; a failed ROLLBACK tells us it is dead.
-      const problem = firstOf(await rollback(client), connectionProblem);
+      const problem = firstOf(await rollbackOpen(), connectionProblem);
       failure = bodyFailure(error, problem);
       return { ok: false, failure };
     }
@@ -214,13 +224,14 @@ export async function nodePostgresTransaction<TDb extends AnyPgDatabase, T>(
       const { ids, tids } = checkTargets(claimed, plan.verifyIds);
       const text = ids.length === 0 ? 'commit' : `${store.verifyText(ids, tids, quote)}; commit`;
       const results = resultsOf(await client.query(text));
+      open = false;
       // PostgreSQL answers COMMIT in an aborted transaction with the tag ROLLBACK and no error.
       if (results[results.length - 1]?.command === 'ROLLBACK') {
         failure = { kind: 'aborted', error: new Error('COMMIT was answered with ROLLBACK'), firstFailure };
         return { ok: false, failure };
       }
     } catch (error) {
-      const problem = firstOf(await rollback(client), connectionProblem);
+      const problem = firstOf(await rollbackOpen(), connectionProblem);
       failure = problem !== undefined ? brokenConnectionFailure(error, problem) : completionFailure(error, firstFailure);
       return { ok: false, failure };
     }
@@ -228,7 +239,10 @@ export async function nodePostgresTransaction<TDb extends AnyPgDatabase, T>(
   } finally {
     client.removeListener('error', onError);
     if (!abandoned) {
-      const discard = connectionProblem ?? (failure?.kind === 'outage' || failure?.kind === 'ended' ? (failure.error ?? new Error('discarded')) : undefined);
+      const discard =
+        connectionProblem ??
+        (failure?.kind === 'outage' || failure?.kind === 'ended' ? (failure.error ?? new Error('discarded')) : undefined) ??
+        (open ? new Error('released inside an open transaction') : undefined);
       client.release(discard);
     }
   }

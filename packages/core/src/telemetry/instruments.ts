@@ -2,6 +2,7 @@ import type { Attributes, Counter, Gauge, Histogram, Meter, ObservableResult } f
 import { classifyDatabaseError } from '../database-errors.js';
 import { OutcomeReasons, type InboxOutcome } from '../types.js';
 import { currentMeterProvider, perProvider, SCOPE_NAME } from './api.js';
+import { safely } from './guard.js';
 
 /** Attribute names: OpenTelemetry's messaging semantic conventions where they exist, `inboxed.*` for the rest. */
 export const Attr = {
@@ -90,14 +91,14 @@ export function registerInFlight(source: { readonly size: number }, attributes: 
   if (registered.has(source)) return;
   registered.add(source);
   inFlightSources.add({ ref: new WeakRef(source), attributes });
-  instruments(); // so the observable exists before the first delivery
+  safely(instruments, undefined); // so the observable exists before the first delivery
 }
 
 function observeInFlight(result: ObservableResult): void {
   for (const entry of inFlightSources) {
     const source = entry.ref.deref();
     if (source === undefined) inFlightSources.delete(entry);
-    else result.observe(source.size, entry.attributes);
+    else safely(() => result.observe(source.size, entry.attributes), undefined);
   }
 }
 
@@ -165,7 +166,7 @@ const instruments = perProvider(currentMeterProvider, (provider, otel, version) 
 
 /** @internal True when metrics are recorded: `@opentelemetry/api` is there and its meter is not the no-op one. */
 export function recordingMetrics(): boolean {
-  return instruments() !== undefined;
+  return safely(() => instruments() !== undefined, false);
 }
 
 /** @internal Attributes a broker consumer contributes to every measurement of its deliveries. */
@@ -186,16 +187,23 @@ export function messagingAttributes(messaging: MessagingAttributes | undefined, 
 
 /** @internal Records messages handed to the processor (`messaging.client.consumed.messages`). */
 export function recordConsumed(count: number, attributes: Attributes): void {
-  instruments()?.consumedMessages.add(count, attributes);
+  safely(() => instruments()?.consumedMessages.add(count, attributes), undefined);
 }
 
 /** @internal Records one process operation's duration (`messaging.process.duration`). */
 export function recordProcessDuration(seconds: number, attributes: Attributes, errorTypeOf: string | undefined): void {
-  instruments()?.processDuration.record(seconds, errorTypeOf === undefined ? attributes : { ...attributes, [Attr.ERROR_TYPE]: errorTypeOf });
+  safely(
+    () => instruments()?.processDuration.record(seconds, errorTypeOf === undefined ? attributes : { ...attributes, [Attr.ERROR_TYPE]: errorTypeOf }),
+    undefined,
+  );
 }
 
 /** @internal Records a settled delivery: its outcome, the status counters, takeovers, and how long settling took. */
 export function recordSettled(outcome: InboxOutcome, messaging: Attributes, settleSeconds: number): void {
+  safely(() => settled(outcome, messaging, settleSeconds), undefined);
+}
+
+function settled(outcome: InboxOutcome, messaging: Attributes, settleSeconds: number): void {
   const meters = instruments();
   if (meters === undefined) return;
   const attributes: Attributes = {
@@ -217,18 +225,24 @@ export function recordSettled(outcome: InboxOutcome, messaging: Attributes, sett
 
 /** @internal Records a handler call (`inboxed.handler.duration`), with `error.type` when it threw or timed out. */
 export function recordHandler(consumer: string, seconds: number, error: { thrown: unknown } | undefined): void {
-  instruments()?.handlerDuration.record(
-    seconds,
-    defined({ [Attr.CONSUMER]: consumer, [Attr.ERROR_TYPE]: error === undefined ? undefined : errorType(error.thrown) }),
+  safely(
+    () =>
+      instruments()?.handlerDuration.record(
+        seconds,
+        defined({ [Attr.CONSUMER]: consumer, [Attr.ERROR_TYPE]: error === undefined ? undefined : errorType(error.thrown) }),
+      ),
+    undefined,
   );
 }
 
 /** @internal Records one inbox transaction (`inboxed.transaction.duration`) and its conflicts. */
 export function recordTransaction(consumer: string, operation: string, seconds: number, result: string, conflicts: number): void {
-  const meters = instruments();
-  if (meters === undefined) return;
-  meters.transactionDuration.record(seconds, { [Attr.CONSUMER]: consumer, [Attr.TRANSACTION_OPERATION]: operation, [Attr.TRANSACTION_RESULT]: result });
-  if (conflicts > 0) meters.transactionConflicts.add(conflicts, { [Attr.CONSUMER]: consumer });
+  safely(() => {
+    const meters = instruments();
+    if (meters === undefined) return;
+    meters.transactionDuration.record(seconds, { [Attr.CONSUMER]: consumer, [Attr.TRANSACTION_OPERATION]: operation, [Attr.TRANSACTION_RESULT]: result });
+    if (conflicts > 0) meters.transactionConflicts.add(conflicts, { [Attr.CONSUMER]: consumer });
+  }, undefined);
 }
 
 /**
@@ -237,15 +251,17 @@ export function recordTransaction(consumer: string, operation: string, seconds: 
  * `lockTimeoutMs` on a concurrent copy) or `failed`.
  */
 export function recordClaim(consumer: string, seconds: number, result: 'claimed' | 'known' | 'busy' | 'lock_timeout' | 'failed'): void {
-  instruments()?.claimDuration.record(seconds, { [Attr.CONSUMER]: consumer, [Attr.CLAIM_RESULT]: result });
+  safely(() => instruments()?.claimDuration.record(seconds, { [Attr.CONSUMER]: consumer, [Attr.CLAIM_RESULT]: result }), undefined);
 }
 
 /** @internal Records the claim statement of an inbox transaction that started at `started` (`performance.now()`), by what it returned or threw. */
 export function recordClaimOf(consumer: string, started: number, rows: number, result: { claimed: number } | { error: unknown }): void {
   if (rows === 0) return; // leased mode's completion claims nothing
   const seconds = (performance.now() - started) / 1000;
-  if ('error' in result) recordClaim(consumer, seconds, classifyDatabaseError(result.error) === 'lock-timeout' ? 'lock_timeout' : 'failed');
-  else recordClaim(consumer, seconds, result.claimed === rows ? 'claimed' : 'known');
+  safely(() => {
+    if ('error' in result) recordClaim(consumer, seconds, classifyDatabaseError(result.error) === 'lock-timeout' ? 'lock_timeout' : 'failed');
+    else recordClaim(consumer, seconds, result.claimed === rows ? 'claimed' : 'known');
+  }, undefined);
 }
 
 /** What one retention run found; see {@link recordRetentionRun}. */
@@ -264,9 +280,11 @@ export interface RetentionMeasurement {
  * scoped to one consumer. A no-op without OpenTelemetry.
  */
 export function recordRetentionRun(run: RetentionMeasurement): void {
-  const meters = instruments();
-  if (meters === undefined) return;
-  const attributes = defined({ [Attr.CONSUMER]: run.consumer });
-  meters.retentionDeleted.add(run.deleted, attributes);
-  if (run.oldestAgeMs !== undefined && Number.isFinite(run.oldestAgeMs)) meters.retentionOldestAge?.record(Math.max(0, run.oldestAgeMs) / 1000, attributes);
+  safely(() => {
+    const meters = instruments();
+    if (meters === undefined) return;
+    const attributes = defined({ [Attr.CONSUMER]: run.consumer });
+    meters.retentionDeleted.add(run.deleted, attributes);
+    if (run.oldestAgeMs !== undefined && Number.isFinite(run.oldestAgeMs)) meters.retentionOldestAge?.record(Math.max(0, run.oldestAgeMs) / 1000, attributes);
+  }, undefined);
 }

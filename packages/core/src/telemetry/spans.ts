@@ -2,6 +2,7 @@ import type { Attributes, Context, Link, Span, SpanContext, TextMapGetter } from
 import type { InboxMessage, InboxOutcome } from '../types.js';
 import { type MessagingContext, parseXRayTraceHeader } from './messaging.js';
 import { currentTracerProvider, otelApi, type OtelApi, perProvider, SCOPE_NAME } from './api.js';
+import { inContext, safely } from './guard.js';
 import { Attr, defined, messagingAttributes, outcomeErrorType, recordConsumed, recordingMetrics, recordProcessDuration, stableReason } from './instruments.js';
 
 /** @internal The tracer of the current tracer provider. */
@@ -80,21 +81,24 @@ export interface DeliveryTelemetry {
 }
 
 function endDelivery(otel: OtelApi, span: Span, outcome: InboxOutcome | undefined): void {
-  if (outcome !== undefined) {
-    span.setAttributes(
-      defined({
-        [Attr.STATUS]: outcome.status,
-        [Attr.REASON]: stableReason(outcome),
-        [Attr.ERROR_TYPE]: outcomeErrorType(outcome),
-        [Attr.FENCING_TOKEN]: outcome.fencingToken,
-        [Attr.TAKEOVER]: outcome.takeover,
-      }),
-    );
-    if (outcome.status === 'retry' || outcome.status === 'dead-letter' || outcome.status === 'conflict') {
-      span.setStatus({ code: otel.SpanStatusCode.ERROR, message: outcome.error.message });
-    }
+  // Two guarded steps: a malformed outcome (a wrapper that returned something else) still ends the span.
+  if (outcome !== undefined) safely(() => describeOutcome(otel, span, outcome), undefined);
+  safely(() => span.end(), undefined);
+}
+
+function describeOutcome(otel: OtelApi, span: Span, outcome: InboxOutcome): void {
+  span.setAttributes(
+    defined({
+      [Attr.STATUS]: outcome.status,
+      [Attr.REASON]: stableReason(outcome),
+      [Attr.ERROR_TYPE]: outcomeErrorType(outcome),
+      [Attr.FENCING_TOKEN]: outcome.fencingToken,
+      [Attr.TAKEOVER]: outcome.takeover,
+    }),
+  );
+  if (outcome.status === 'retry' || outcome.status === 'dead-letter' || outcome.status === 'conflict') {
+    span.setStatus({ code: otel.SpanStatusCode.ERROR, message: outcome.error.message });
   }
-  span.end();
 }
 
 /**
@@ -104,6 +108,15 @@ function endDelivery(otel: OtelApi, span: Span, outcome: InboxOutcome | undefine
  * when tracing is inert (see {@link tracingInert}).
  */
 export function startDeliveries(
+  messages: readonly InboxMessage[],
+  consumer: string,
+  messaging: MessagingContext | undefined,
+  destination: string | undefined,
+): DeliveryTelemetry | undefined {
+  return safely(() => deliveryTelemetry(messages, consumer, messaging, destination), undefined);
+}
+
+function deliveryTelemetry(
   messages: readonly InboxMessage[],
   consumer: string,
   messaging: MessagingContext | undefined,
@@ -140,10 +153,11 @@ export function startDeliveries(
       const delivery = deliveries[index];
       let outcome: InboxOutcome | undefined;
       try {
-        outcome = delivery === undefined ? await call() : await otel.context.with(delivery.context, call);
+        outcome = delivery === undefined ? await call() : await inContext(otel, delivery.context, call);
         return outcome;
       } finally {
-        recordProcessDuration(seconds(), metricAttributes, outcome === undefined ? '_OTHER' : outcomeErrorType(outcome));
+        // Guarded: a processor may have returned something that is not an outcome (a wrapper that forgot to return it).
+        safely(() => recordProcessDuration(seconds(), metricAttributes, outcome === undefined ? '_OTHER' : outcomeErrorType(outcome)), undefined);
         if (delivery !== undefined) endDelivery(otel, delivery.span, outcome);
       }
     },
@@ -154,13 +168,24 @@ export function startDeliveries(
           outcomes = await call();
           return outcomes;
         }
-        const links = new Map(messages.map((message, i) => [message.id, deliveries[i]!.span.spanContext()]));
-        outcomes = await otel.context.with(otel.context.active().setValue(deliveriesKeyOf(otel), links), call);
+        const linked = safely(() => {
+          const links = new Map(messages.map((message, i) => [message.id, deliveries[i]!.span.spanContext()]));
+          return otel.context.active().setValue(deliveriesKeyOf(otel), links);
+        }, undefined);
+        outcomes = await (linked === undefined ? call() : inContext(otel, linked, call));
         return outcomes;
       } finally {
-        const failed = outcomes?.map(outcomeErrorType).find((type) => type !== undefined);
-        recordProcessDuration(seconds(), { ...metricAttributes, [Attr.BATCH_COUNT]: messages.length }, outcomes === undefined ? '_OTHER' : failed);
-        for (const [i, delivery] of deliveries.entries()) if (delivery !== undefined) endDelivery(otel, delivery.span, outcomes?.[i]);
+        safely(() => {
+          const failed = outcomes?.map(outcomeErrorType).find((type) => type !== undefined);
+          recordProcessDuration(seconds(), { ...metricAttributes, [Attr.BATCH_COUNT]: messages.length }, outcomes === undefined ? '_OTHER' : failed);
+        }, undefined);
+        for (const [i, delivery] of deliveries.entries())
+          if (delivery !== undefined)
+            endDelivery(
+              otel,
+              delivery.span,
+              safely(() => outcomes?.[i], undefined),
+            );
       }
     },
   };
@@ -179,6 +204,10 @@ export interface InternalSpan {
  * its parent. Undefined without `@opentelemetry/api`.
  */
 export function startInternalSpan(name: string, attributes: Attributes, messageIds: readonly string[]): InternalSpan | undefined {
+  return safely(() => internalSpan(name, attributes, messageIds), undefined);
+}
+
+function internalSpan(name: string, attributes: Attributes, messageIds: readonly string[]): InternalSpan | undefined {
   const otel = otelApi();
   const spans = tracer();
   if (otel === null || spans === undefined) return undefined;
@@ -194,11 +223,13 @@ export function startInternalSpan(name: string, attributes: Attributes, messageI
   const span = spans.startSpan(name, { kind: otel.SpanKind.INTERNAL, attributes, links }, active);
   const context = otel.trace.setSpan(active.deleteValue(deliveriesKeyOf(otel)), span);
   return {
-    run: (call) => otel.context.with(context, call),
+    run: (call) => inContext(otel, context, call),
     end(attributes, error) {
-      span.setAttributes(error === undefined ? attributes : { ...attributes, [Attr.ERROR_TYPE]: error.type });
-      if (error !== undefined) span.setStatus({ code: otel.SpanStatusCode.ERROR, message: error.message });
-      span.end();
+      safely(() => {
+        span.setAttributes(error === undefined ? attributes : { ...attributes, [Attr.ERROR_TYPE]: error.type });
+        if (error !== undefined) span.setStatus({ code: otel.SpanStatusCode.ERROR, message: error.message });
+        span.end();
+      }, undefined);
     },
   };
 }
