@@ -1,5 +1,5 @@
 import { sql, type SQL } from 'drizzle-orm';
-import { defaultLogger, type InboxLogger } from './adapter/logger.js';
+import { defaultLogger, type InboxLogger, safeLogger } from './adapter/logger.js';
 import { classifyDatabaseError } from './database-errors.js';
 import { describeError, sqlStateOf } from './error-text.js';
 import { InboxError, InboxErrorCodes, isInboxError } from './errors.js';
@@ -93,7 +93,7 @@ export function startInboxRetention(db: AnyPgDatabase, options: InboxRetentionOp
   const { jitter, statementTimeoutMs } = validate(options);
   const plan: PurgePlan = planPurge({ ...options, maxBatches: options.maxBatchesPerRun ?? Number.POSITIVE_INFINITY });
   const statements = purgeStatements(plan);
-  const logger = options.logger ?? defaultLogger;
+  const logger = safeLogger(options.logger ?? defaultLogger);
   const lockKey = `inboxed:retention:${qualifiedName(plan.tables.inbox)}`;
   const inbox = sql.raw(qualifiedName(plan.tables.inbox));
   const scope = plan.consumer === undefined ? sql`` : sql`where consumer = ${plan.consumer}`;

@@ -60,4 +60,53 @@ describe('ConsumerEventEmitter', () => {
     expect(emitted[2]!.code).toBe('AMQP_CONNECTION_LOST');
     expect(emitted[2]!.details).toMatchObject({ amqpCode: 404, retriesSinceLastReport: 6 });
   });
+
+  it('calls every listener on its own: one that throws, or an async one that rejects, is logged and the others still hear the event', async () => {
+    const logged: string[] = [];
+    const logger = { debug() {}, info() {}, warn() {}, error: (_fields: unknown, message?: string) => logged.push(message ?? '') };
+    const events = new ConsumerEventEmitter(logger);
+    const heard: string[] = [];
+    events.on('started', () => {
+      throw new Error('sync listener failure');
+    });
+    events.on('started', async () => {
+      throw new Error('async listener failure');
+    });
+    events.on('started', () => heard.push('third'));
+    events.emit('started');
+    await new Promise((resolve) => setImmediate(resolve));
+    expect(heard).toEqual(['third']);
+    expect(logged).toEqual(['a "started" listener threw: Error: sync listener failure', 'a "started" listener threw: Error: async listener failure']);
+  });
+
+  it('a logger whose methods throw or reject never reaches the adapter; error lines fall back to stderr', async () => {
+    const written: string[] = [];
+    const write = process.stderr.write;
+    process.stderr.write = ((chunk: string) => written.push(String(chunk)) > 0) as unknown as typeof process.stderr.write;
+    try {
+      const logger = {
+        debug: () => Promise.reject(new Error('debug rejected')),
+        info: () => {
+          throw new Error('info threw');
+        },
+        warn: () => {
+          throw new Error('warn threw');
+        },
+        error: () => {
+          throw new Error('error threw');
+        },
+      };
+      const events = new ConsumerEventEmitter(logger as never);
+      expect(() => {
+        events.logger.info({}, 'started');
+        events.emitOutcome({ status: 'processed', messageId: 'm', consumer: 'c' }, new Date(0));
+        events.emit('error', new InboxError('DATABASE_UNAVAILABLE', 'no database'));
+      }).not.toThrow();
+      await new Promise((resolve) => setImmediate(resolve));
+    } finally {
+      process.stderr.write = write;
+    }
+    expect(written.filter((line) => line.includes("the logger's")).length).toBe(1);
+    expect(written.some((line) => line.includes('consumer error') && line.includes('no database'))).toBe(true);
+  });
 });

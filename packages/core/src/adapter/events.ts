@@ -15,7 +15,7 @@ import {
   type RejectedOutcome,
   type RetryOutcome,
 } from '../types.js';
-import { defaultLogger, type InboxLogger } from './logger.js';
+import { defaultLogger, type InboxLogger, safeLogger } from './logger.js';
 
 /** How long a delivery took, on every outcome event. */
 export interface DeliveryTiming {
@@ -98,10 +98,15 @@ export class ConsumerEventEmitter {
   /** The `messaging` those attributes were built from (the field is public: a new value drops them). */
   private attributesOf: MessagingContext | undefined;
 
+  /** The consumer's logger, made unable to throw (see `safeLogger`). */
+  readonly logger: InboxLogger;
+
   constructor(
-    readonly logger: InboxLogger = defaultLogger,
+    logger: InboxLogger = defaultLogger,
     private readonly now: () => number = Date.now,
-  ) {}
+  ) {
+    this.logger = safeLogger(logger);
+  }
 
   /**
    * Describes the adapter's deliveries for OpenTelemetry: the messaging system, destination and
@@ -123,7 +128,9 @@ export class ConsumerEventEmitter {
   /**
    * Emits an event. An `error` with no listener goes to the logger (by default one stderr line)
    * rather than being thrown (that would crash the consumer loop) or dropped (errors are never
-   * swallowed silently). A listener that throws is logged the same way instead of breaking the adapter.
+   * swallowed silently). Each listener is called on its own: one that throws, or an `async` one
+   * whose promise rejects, is logged the same way, and the listeners after it are still called.
+   * Nothing a listener does reaches the adapter (a rejection left unhandled would end the process).
    */
   emit<K extends keyof ConsumerEvents>(event: K, ...args: ConsumerEvents[K]): void {
     if (event === 'error') {
@@ -134,11 +141,20 @@ export class ConsumerEventEmitter {
         return;
       }
     }
-    try {
-      this.emitter.emit(event, ...args);
-    } catch (error) {
-      this.logger.error({ err: error, event }, `a "${event}" listener threw: ${describeError(error)}`);
+    for (const listener of this.emitter.listeners(event)) {
+      try {
+        const returned: unknown = listener(...args);
+        if (typeof (returned as PromiseLike<unknown> | null)?.then === 'function') {
+          (returned as PromiseLike<unknown>).then(undefined, (error: unknown) => this.listenerFailed(event, error));
+        }
+      } catch (error) {
+        this.listenerFailed(event, error);
+      }
     }
+  }
+
+  private listenerFailed(event: string, error: unknown): void {
+    this.logger.error({ err: error, event }, `a "${event}" listener threw: ${describeError(error)}`);
   }
 
   /**

@@ -1,5 +1,5 @@
 import { InboxError, InboxErrorCodes } from '../errors.js';
-import { defaultLogger, type InboxLogger } from './logger.js';
+import { defaultLogger, type InboxLogger, safeLogger } from './logger.js';
 
 /**
  * How long after a message was first delivered the broker may still deliver a copy of it (a
@@ -137,7 +137,7 @@ export function checkRetentionHorizon(input: {
     ...(horizon.detail === undefined ? {} : { detail: horizon.detail }),
   };
   if (strict) throw new InboxError(InboxErrorCodes.RETENTION_TOO_SHORT, message, { details });
-  logger.warn(details, message);
+  safeLogger(logger).warn(details, message);
   if (logger === defaultLogger) process.emitWarning(message, { type: 'InboxedWarning', code: InboxErrorCodes.RETENTION_TOO_SHORT });
   return { inboxRetentionMs, horizon, message };
 }
