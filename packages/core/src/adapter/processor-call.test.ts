@@ -87,4 +87,42 @@ describe('callProcessor', () => {
     }
     expect(errors.map((e) => [e.code, e.details.retriesSinceLastReport])).toEqual([['PROCESSOR_THREW', 1]]);
   });
+
+  it.each([
+    ['undefined (a wrapper that forgot to return the outcome)', () => undefined],
+    ['a string', () => 'processed'],
+    ['an unknown status', () => ({ status: 'done', messageId: 'a', consumer: 'c' })],
+    ['a retry without an error', () => ({ status: 'retry', messageId: 'a', consumer: 'c', reason: 'handler-failed', retryAfterMs: 5 })],
+    ['a retry without a wait', () => ({ status: 'retry', messageId: 'a', consumer: 'c', reason: 'x', error: new Error('x') })],
+    [
+      'an object whose status getter throws',
+      () => ({
+        get status(): never {
+          throw new Error('getter');
+        },
+      }),
+    ],
+  ])('a per-message processor resolving to %s leaves that delivery to retry as processor-threw; others are unaffected', async (_label, value) => {
+    const outcomes = await callProcessor(
+      single(async (m) => (m.id === 'a' ? (value() as InboxOutcome) : processed(m))),
+      messages,
+      undefined,
+      new ConsumerEventEmitter(silent),
+    );
+    expect(outcomes[0]).toMatchObject({ status: 'retry', reason: 'processor-threw', messageId: 'a', error: { code: 'PROCESSOR_THREW' } });
+    expect(outcomes[1]).toMatchObject({ status: 'processed', messageId: 'b' });
+  });
+
+  it('a batch processor with one malformed outcome: only that delivery retries as processor-threw', async () => {
+    const outcomes = await callProcessor(
+      batch(async (ms) => ms.map((m) => (m.id === 'b' ? (null as unknown as InboxOutcome) : processed(m)))),
+      messages,
+      undefined,
+      new ConsumerEventEmitter(silent),
+    );
+    expect(outcomes.map((o) => [o.messageId, o.status, o.reason])).toEqual([
+      ['a', 'processed', undefined],
+      ['b', 'retry', 'processor-threw'],
+    ]);
+  });
 });

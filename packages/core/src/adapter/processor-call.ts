@@ -18,10 +18,37 @@ function processorThrew(processor: AnyInboxProcessor, message: InboxMessage, err
   };
 }
 
+const STATUSES: ReadonlySet<unknown> = new Set(['processed', 'duplicate', 'rejected', 'retry', 'busy', 'dead-letter', 'conflict']);
+
+/**
+ * What is wrong with a value a processor resolved to, or undefined when it is an outcome adapters
+ * can act on: a known `status`, text ids, a wait for `retry`/`busy`, an error for the statuses that
+ * carry one. A wrapper that forgot to `return await next(message)` resolves to `undefined`; read
+ * as an outcome, that threw deep inside an adapter, where the delivery was neither settled nor
+ * counted. Reading a hostile value (a getter that throws) is a malformed outcome too.
+ */
+function malformed(value: unknown): string | undefined {
+  try {
+    if (typeof value !== 'object' || value === null) return `resolved to ${value === null ? 'null' : typeof value} instead of an outcome`;
+    const { status, messageId, consumer, retryAfterMs, error } = value as Record<string, unknown>;
+    if (!STATUSES.has(status))
+      return `resolved to an outcome with an unknown status (${typeof status === 'string' ? JSON.stringify(status.slice(0, 50)) : typeof status})`;
+    if (typeof messageId !== 'string' || typeof consumer !== 'string') return `resolved to a ${String(status)} outcome without text messageId and consumer`;
+    if ((status === 'retry' || status === 'busy') && (typeof retryAfterMs !== 'number' || !(retryAfterMs >= 0)))
+      return `resolved to a ${status} outcome without a retryAfterMs >= 0`;
+    if ((status === 'retry' || status === 'dead-letter' || status === 'conflict') && (typeof error !== 'object' || error === null))
+      return `resolved to a ${status} outcome without an error`;
+    return undefined;
+  } catch (cause) {
+    return `resolved to a value that cannot be read (${describeError(cause)})`;
+  }
+}
+
 /**
  * Runs a processor on deliveries, with the one rule every adapter follows when it breaks its
- * contract: a processor that throws (a middleware's bug; inboxed's own never do), or a batch
- * processor that returns the wrong number of outcomes, leaves those deliveries `retry` with reason
+ * contract: a processor that throws (a middleware's bug; inboxed's own never do), resolves to
+ * something that is not an outcome, or (a batch processor) to the wrong number of outcomes, leaves
+ * those deliveries `retry` with reason
  * `processor-threw` (`PROCESSOR_THREW`, not counted), never acked. The `error` event comes from
  * `emitOutcome` when the retry is settled, rate-limited like every infrastructure retry, so a
  * middleware that throws on every message raises one event per interval, not one per message.
@@ -66,10 +93,17 @@ async function runProcessor(
   if (isBatchProcessor(processor)) {
     const call = async () => {
       try {
-        const outcomes = await processor(messages, options);
-        if (Array.isArray(outcomes) && outcomes.length === messages.length) return outcomes;
-        const error = broken(`returned ${Array.isArray(outcomes) ? outcomes.length : 'no'} outcomes for ${messages.length} messages`);
-        return messages.map((message, i) => (Array.isArray(outcomes) ? outcomes[i] : undefined) ?? processorThrew(processor, message, error));
+        const outcomes: unknown = await processor(messages, options);
+        const miscounted =
+          Array.isArray(outcomes) && outcomes.length === messages.length
+            ? undefined
+            : broken(`returned ${Array.isArray(outcomes) ? outcomes.length : 'no'} outcomes for ${messages.length} messages`);
+        const given: unknown[] = Array.isArray(outcomes) ? outcomes : [];
+        return messages.map((message, i) => {
+          if (i >= given.length && miscounted !== undefined) return processorThrew(processor, message, miscounted);
+          const problem = malformed(given[i]);
+          return problem === undefined ? (given[i] as InboxOutcome) : processorThrew(processor, message, broken(problem, undefined, [message]));
+        });
       } catch (cause) {
         const error = broken(`threw: ${describeError(cause)}`, cause);
         return messages.map((message) => processorThrew(processor, message, error));
@@ -81,7 +115,9 @@ async function runProcessor(
     messages.map(async (message, i) => {
       const call = async () => {
         try {
-          return await processor(message, options);
+          const outcome: unknown = await processor(message, options);
+          const problem = malformed(outcome);
+          return problem === undefined ? (outcome as InboxOutcome) : processorThrew(processor, message, broken(problem, undefined, [message]));
         } catch (cause) {
           return processorThrew(processor, message, broken(`threw: ${describeError(cause)}`, cause, [message]));
         }
