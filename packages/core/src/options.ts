@@ -74,7 +74,12 @@ export interface InboxOptions<TDb extends AnyPgDatabase, TPayload = unknown> {
    * settles, its transaction is rolled back and the attempt counts as failed (`HANDLER_TIMEOUT`). On
    * node-postgres a handler that ignores the signal for another `handlerTimeoutMs` has its connection
    * cut (its later statements fail) and is abandoned; on other drivers it is waited for, because its
-   * later statements would otherwise run outside the transaction. Default: no limit (`null`).
+   * later statements would otherwise run outside the transaction. It also bounds `schema` validation
+   * and `parse`, which run before the transaction: one that has not settled by then dead-letters the
+   * message (`validation-failed`). Default: no limit (`null`).
+   *
+   * The handler's `context.signal` is an `AbortSignal`: a listener you add to it that throws is
+   * reported by Node as an uncaught exception (the EventTarget rule), which no library can catch.
    */
   handlerTimeoutMs?: number | null;
   /** Isolation level of the inbox transaction. Default: the database default (read committed). */

@@ -111,14 +111,15 @@ export async function prepareMessage<TPayload>(
       }),
     );
   if (options.schema !== undefined) {
-    let result: StandardSchemaV1.Result<TPayload>;
+    const schema = options.schema;
+    let checked: { issues: ValidationIssue[] } | { value: TPayload };
     try {
-      result = await options.schema['~standard'].validate(message.payload);
+      checked = validationOf(await settledWithin(options.handlerTimeoutMs, () => schema['~standard'].validate(message.payload)));
     } catch (error) {
       return invalidPayload(describeError(error), error);
     }
-    if (result.issues !== undefined) {
-      const issues = describeIssues(result.issues);
+    if ('issues' in checked) {
+      const { issues } = checked;
       return invalidPayload(
         issues
           .slice(0, 5)
@@ -128,14 +129,49 @@ export async function prepareMessage<TPayload>(
         issues,
       );
     }
-    return { message: { ...message, payload: result.value }, fingerprint };
+    return { message: { ...message, payload: checked.value }, fingerprint };
   }
-  if (options.parse === undefined) return { message: message as InboxMessage<TPayload>, fingerprint };
+  const { parse } = options;
+  if (parse === undefined) return { message: message as InboxMessage<TPayload>, fingerprint };
   try {
-    return { message: { ...message, payload: await options.parse(message.payload) }, fingerprint };
+    return { message: { ...message, payload: await settledWithin(options.handlerTimeoutMs, () => parse(message.payload)) }, fingerprint };
   } catch (error) {
     return invalidPayload(describeError(error), error);
   }
+}
+
+/**
+ * `work`'s result, or a rejection once `timeoutMs` passed without one (null: no bound). Validation
+ * runs before the transaction, outside the handler's deadline: a validator or `parse` that never
+ * settles would otherwise hold its delivery (and an AMQP prefetch slot, a Kafka partition, an SQS
+ * visibility extension) for ever, uncounted. A timeout dead-letters the message as a validation failure.
+ */
+async function settledWithin<T>(timeoutMs: number | null, work: () => T | PromiseLike<T>): Promise<T> {
+  if (timeoutMs === null) return await work();
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const deadline = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`it did not settle within handlerTimeoutMs (${timeoutMs} ms)`)), timeoutMs);
+  });
+  try {
+    return await Promise.race([Promise.resolve().then(work), deadline]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+/**
+ * A Standard Schema result, read once and checked: `{ value }` or `{ issues }` as the specification
+ * says. Anything else (a validator that forgot to return, `issues` that is not an array, a getter
+ * that throws) throws here, and is a validation failure like a validator that throws, rather than
+ * an internal error retried for ever.
+ */
+function validationOf<T>(result: unknown): { issues: ValidationIssue[] } | { value: T } {
+  if (typeof result !== 'object' || result === null)
+    throw new Error(`the schema's validate() returned ${result === null ? 'null' : typeof result}, not a result`);
+  const { issues, value } = result as { issues?: unknown; value?: unknown };
+  if (issues === undefined) return { value: value as T };
+  if (!Array.isArray(issues)) throw new Error("the schema's validate() returned issues that are not an array");
+  return { issues: describeIssues(issues) };
 }
 
 /** One validation issue as reported on the outcome: where (`items.0.qty`, or '' for the root) and what. */
@@ -145,11 +181,18 @@ export interface ValidationIssue {
 }
 
 /** Standard Schema issues as storable, bounded text (at most 20 of them). */
-function describeIssues(issues: readonly StandardSchemaV1.Issue[]): ValidationIssue[] {
-  return issues.slice(0, 20).map((issue) => ({
-    path: (issue.path ?? []).map((segment) => String(typeof segment === 'object' && segment !== null ? segment.key : segment)).join('.'),
-    message: storableText(String(issue.message), 300),
-  }));
+function describeIssues(issues: readonly unknown[]): ValidationIssue[] {
+  return issues.slice(0, 20).map((issue) => {
+    try {
+      const { path, message } = issue as StandardSchemaV1.Issue;
+      return {
+        path: (Array.isArray(path) ? path : []).map((segment) => String(typeof segment === 'object' && segment !== null ? segment.key : segment)).join('.'),
+        message: storableText(String(message), 300),
+      };
+    } catch {
+      return { path: '', message: 'an issue that cannot be read' };
+    }
+  });
 }
 
 /** @internal True when {@link prepareMessage} already produced a final outcome. */
