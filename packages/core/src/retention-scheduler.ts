@@ -60,10 +60,15 @@ export interface InboxRetention {
   stop(): Promise<void>;
 }
 
+/** The longest delay `setTimeout` honours; a longer one fires after 1 ms. */
+const LONGEST_TIMER_MS = 2 ** 31 - 1;
+
 function validate(options: InboxRetentionOptions): { jitter: number; statementTimeoutMs: number } {
   const { everyMs, jitter = 0.1, statementTimeoutMs = 30_000 } = options;
   const invalid = (text: string) => new InboxError(InboxErrorCodes.INVALID_OPTIONS, text);
   if (typeof everyMs !== 'number' || !Number.isFinite(everyMs) || everyMs < 1) throw invalid('everyMs must be a positive number of milliseconds');
+  // Node runs a longer timer after 1 ms: a monthly schedule would purge back to back.
+  if (everyMs > LONGEST_TIMER_MS) throw invalid(`everyMs must be at most ${LONGEST_TIMER_MS} ms (about 24.8 days, the longest timer Node keeps)`);
   if (typeof jitter !== 'number' || !(jitter >= 0 && jitter <= 1)) throw invalid('jitter must be a number from 0 to 1');
   if (!Number.isInteger(statementTimeoutMs) || statementTimeoutMs < 1) throw invalid('statementTimeoutMs must be an integer >= 1');
   return { jitter, statementTimeoutMs };
@@ -197,18 +202,21 @@ export function startInboxRetention(db: AnyPgDatabase, options: InboxRetentionOp
 
   const schedule = (delayMs: number) => {
     if (stopping) return;
-    timer = setTimeout(() => {
-      start()
-        .catch((error: InboxError) => {
-          try {
-            if (options.onError === undefined) logger.error({ err: error, code: error.code }, error.message);
-            else options.onError(error);
-          } catch (thrown) {
-            logger.error({ err: thrown }, 'inbox retention: onError threw');
-          }
-        })
-        .finally(() => schedule(options.everyMs * (1 + (Math.random() * 2 - 1) * jitter)));
-    }, delayMs);
+    timer = setTimeout(
+      () => {
+        start()
+          .catch((error: InboxError) => {
+            try {
+              if (options.onError === undefined) logger.error({ err: error, code: error.code }, error.message);
+              else options.onError(error);
+            } catch (thrown) {
+              logger.error({ err: thrown }, 'inbox retention: onError threw');
+            }
+          })
+          .finally(() => schedule(options.everyMs * (1 + (Math.random() * 2 - 1) * jitter)));
+      },
+      Math.min(delayMs, LONGEST_TIMER_MS),
+    );
     timer.unref();
   };
   schedule(options.everyMs * jitter * Math.random());

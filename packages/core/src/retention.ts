@@ -1,5 +1,7 @@
 import { sql, type SQL } from 'drizzle-orm';
 import { InboxError, InboxErrorCodes } from './errors.js';
+import { getTableConfig } from 'drizzle-orm/pg-core';
+import { adminKey, adminOperation } from './admin/admin-sql.js';
 import { qualifiedName } from './qualified-name.js';
 import { rowsIn } from './query-rows.js';
 import { createInboxTables, type InboxTableNames, type InboxTables } from './schema.js';
@@ -32,6 +34,34 @@ export interface PurgeResult {
   attemptsDeleted: number;
 }
 
+/** The longest retention window accepted: 100 years, in ms. */
+const LONGEST_WINDOW_MS = 3_155_760_000_000;
+
+/**
+ * @internal A retention window (`olderThanMs`) as whole milliseconds, or `INVALID_OPTIONS`: a
+ * positive number up to 100 years. Fractions are rounded down (at least 1 ms).
+ */
+export function retentionWindow(olderThanMs: unknown): number {
+  if (typeof olderThanMs !== 'number' || !Number.isFinite(olderThanMs) || olderThanMs < 1 || olderThanMs > LONGEST_WINDOW_MS)
+    throw new InboxError(
+      InboxErrorCodes.INVALID_OPTIONS,
+      `olderThanMs must be a number of milliseconds from 1 to ${LONGEST_WINDOW_MS} (100 years); got ${String(olderThanMs)}`,
+    );
+  return Math.floor(olderThanMs);
+}
+
+/** @internal `now()` minus a window from {@link retentionWindow}, in server time. */
+export function cutoffOf(windowMs: number): SQL {
+  return sql`now() - ${sql.raw(String(windowMs))}::bigint * interval '1 millisecond'`;
+}
+
+/**
+ * @internal The inbox rows a purge may delete once they are old enough: every row but an open
+ * leased claim whose lease is still live. A released claim (`lease_expires_at` null) is not live:
+ * without the coalesce the comparison would be null and such rows were kept for ever.
+ */
+export const WITHOUT_LIVE_LEASE = sql`not (status = 'processing' and coalesce(lease_expires_at > now(), false))`;
+
 /** @internal Validated purge settings, shared by {@link purgeInbox} and the retention scheduler. */
 export interface PurgePlan {
   tables: InboxTables;
@@ -43,9 +73,9 @@ export interface PurgePlan {
 
 /** @internal */
 export function planPurge(options: PurgeOptions): PurgePlan {
-  const { olderThanMs, batchSize = 1000, maxBatches = Number.POSITIVE_INFINITY } = options;
-  if (typeof olderThanMs !== 'number' || !Number.isFinite(olderThanMs) || olderThanMs <= 0)
-    throw new InboxError(InboxErrorCodes.INVALID_OPTIONS, 'olderThanMs must be a positive number of milliseconds');
+  const { batchSize = 1000, maxBatches = Number.POSITIVE_INFINITY } = options;
+  const olderThanMs = retentionWindow(options.olderThanMs);
+  if (options.consumer !== undefined) adminKey(options.consumer, 'consumer');
   if (!Number.isInteger(batchSize) || batchSize < 1) throw new InboxError(InboxErrorCodes.INVALID_OPTIONS, 'batchSize must be an integer >= 1');
   if (maxBatches !== Number.POSITIVE_INFINITY && (!Number.isInteger(maxBatches) || maxBatches < 1))
     throw new InboxError(InboxErrorCodes.INVALID_OPTIONS, 'maxBatches must be an integer >= 1');
@@ -62,13 +92,13 @@ export function planPurge(options: PurgeOptions): PurgePlan {
 export function purgeStatements(plan: PurgePlan): { inbox: SQL; attempts: SQL } {
   const inbox = sql.raw(qualifiedName(plan.tables.inbox));
   const attempts = sql.raw(qualifiedName(plan.tables.inboxAttempts));
-  const cutoff = sql`now() - (${String(plan.olderThanMs)} || ' milliseconds')::interval`;
+  const cutoff = cutoffOf(plan.olderThanMs);
   const scope = plan.consumer === undefined ? sql`true` : sql`consumer = ${plan.consumer}`;
   return {
     inbox: sql`/* inboxed:retention */ with doomed as (
         select consumer, message_id from ${inbox}
         where completed_at < ${cutoff} and ${scope}
-          and not (status = 'processing' and lease_expires_at > now())
+          and ${WITHOUT_LIVE_LEASE}
         order by completed_at limit ${plan.batchSize}
         for update skip locked
       )
@@ -122,7 +152,11 @@ export async function purgeInbox(db: AnyPgDatabase, options: PurgeOptions): Prom
   const plan = planPurge(options);
   const statements = purgeStatements(plan);
   const run = (statement: SQL) => deleteBatch(db, statement);
-  const inbox = await runBatches(statements.inbox, plan, run);
-  const attempts = await runBatches(statements.attempts, plan, run);
-  return { deleted: inbox.deleted, attemptsDeleted: attempts.deleted };
+  const { schema, name } = getTableConfig(plan.tables.inbox);
+  // Database failures become the one error model (DATABASE_UNAVAILABLE, INBOX_TABLE_MISSING, INBOX_QUERY_FAILED).
+  return adminOperation('purgeInbox', { schema, table: name }, async () => {
+    const inbox = await runBatches(statements.inbox, plan, run);
+    const attempts = await runBatches(statements.attempts, plan, run);
+    return { deleted: inbox.deleted, attemptsDeleted: attempts.deleted };
+  });
 }

@@ -2,6 +2,7 @@ import { type SQL, sql } from 'drizzle-orm';
 import { classifyDatabaseError } from '../database-errors.js';
 import { describeError } from '../error-text.js';
 import { InboxError, InboxErrorCodes, isInboxError } from '../errors.js';
+import { isWellFormed } from '../unicode.js';
 import { type InboxTableNames, type ResolvedTableNames, resolveTableNames } from '../schema.js';
 import type { AnyPgDatabase } from '../types.js';
 
@@ -33,11 +34,25 @@ export function adminTables(names: InboxTableNames = {}): AdminTables {
 export { rowsOf } from '../query-rows.js';
 
 /**
+ * @internal A consumer name or message id given to an admin function, checked as the consumers
+ * check what they store: text without NUL and without lone surrogates, or `INVALID_OPTIONS`. A
+ * driver sends a lone surrogate as U+FFFD, so without the check the function would find, release
+ * or requeue another message, the one whose stored id has U+FFFD there.
+ */
+export function adminKey(value: unknown, what: 'consumer' | 'messageId'): string {
+  if (typeof value !== 'string') throw new InboxError(InboxErrorCodes.INVALID_OPTIONS, `${what} must be a string`);
+  if (value.includes('\0')) throw new InboxError(InboxErrorCodes.INVALID_OPTIONS, `${what} contains a NUL character, which no stored ${what} can hold`);
+  if (!isWellFormed(value))
+    throw new InboxError(InboxErrorCodes.INVALID_OPTIONS, `${what} contains a lone surrogate (not valid Unicode), which no stored ${what} can hold`);
+  return value;
+}
+
+/**
  * @internal Runs an admin operation, turning database failures into the one error model: a missing
  * table or column `INBOX_TABLE_MISSING` (run `migrate`), an outage `DATABASE_UNAVAILABLE`, anything
  * else `INBOX_QUERY_FAILED`. InboxErrors (refusals) pass through unchanged.
  */
-export async function adminOperation<T>(operation: string, names: ResolvedTableNames, run: () => Promise<T>): Promise<T> {
+export async function adminOperation<T>(operation: string, names: Pick<ResolvedTableNames, 'schema' | 'table'>, run: () => Promise<T>): Promise<T> {
   try {
     return await run();
   } catch (error) {

@@ -130,10 +130,10 @@ describe.each(DRIVERS)('@inboxed/core/admin on %s', (driver) => {
     expect(await previewPurge(t.db, names, window)).toEqual({ inbox: 1, attempts: 1 });
     expect(await previewPurge(t.db, names, { ...window, consumer: 'shipping' })).toEqual({ inbox: 0, attempts: 0 });
     const result = await auditedPurge(t.db, names, { ...window, batchSize: 10, actor: 'cron' });
-    expect(result.deleted).toBe(1);
+    expect(result).toMatchObject({ deleted: 1, attemptsDeleted: 1 });
     expect(await previewPurge(t.db, names, window)).toEqual({ inbox: 0, attempts: 0 });
     expect(await q(`select actor, action, consumer, before, after from $S.inbox_audit`)).toEqual([
-      { actor: 'cron', action: 'purge', consumer: null, before: null, after: { deleted: 1, olderThanMs: 86_400_000, batchSize: 10 } },
+      { actor: 'cron', action: 'purge', consumer: null, before: null, after: { deleted: 1, attemptsDeleted: 1, olderThanMs: 86_400_000, batchSize: 10 } },
     ]);
   });
 
@@ -146,5 +146,46 @@ describe.each(DRIVERS)('@inboxed/core/admin on %s', (driver) => {
     await migrate(t.db, fresh);
     expect(await pendingMigrations(t.db, fresh)).toEqual([]);
     expect((await pendingMigrations(t.db, { schema: `${t.schema}_absent` })).length).toBe(migrations.length);
+  });
+});
+
+describe('@inboxed/core/admin given hostile keys and windows (node-postgres)', () => {
+  const database = useMigratedDatabase('node-postgres');
+
+  it('refuses a NUL or a lone surrogate in a consumer or message id as INVALID_OPTIONS, and never acts on the stored U+FFFD id', async () => {
+    const { t } = database;
+    const tables = { schema: t.schema };
+    await t.query(
+      `insert into "${t.schema}".inbox (consumer, message_id, status, lease_expires_at) values ('c', E'a\\uFFFD', 'processing', now() + interval '1 hour')`,
+    );
+    const invalid = { code: InboxErrorCodes.INVALID_OPTIONS };
+    await expect(inboxStatus(t.db, tables, { consumer: 'c\u0000' })).rejects.toMatchObject(invalid);
+    await expect(inspectMessage(t.db, tables, 'c', 'a\u0000')).rejects.toMatchObject(invalid);
+    await expect(listDeadLetters(t.db, tables, { consumer: 'c\u0000' })).rejects.toMatchObject(invalid);
+    await expect(previewPurge(t.db, tables, { olderThanMs: 1000, consumer: 'c\u0000' })).rejects.toMatchObject(invalid);
+    await expect(inspectMessage(t.db, tables, 'c', 'a\uD800')).rejects.toMatchObject(invalid);
+    await expect(releaseMessage(t.db, tables, 'c', 'a\uD800', who)).rejects.toMatchObject(invalid);
+    await expect(requeueMessage(t.db, tables, 'c\uDC00', 'a', who)).rejects.toMatchObject(invalid);
+    expect(await t.query(`select fencing_token, lease_expires_at > now() as live from "${t.schema}".inbox`)).toEqual([{ fencing_token: 1, live: true }]);
+    expect(await t.query(`select count(*)::int as n from "${t.schema}".inbox_audit`)).toEqual([{ n: 0 }]);
+  });
+
+  it('refuses a since outside the years 1 to 9999 as INVALID_OPTIONS', async () => {
+    const tables = { schema: database.t.schema };
+    for (const since of [new Date(8.64e15), new Date('0000-01-01T00:00:00Z'), new Date(Number.NaN)]) {
+      await expect(listDeadLetters(database.t.db, tables, { since })).rejects.toMatchObject({ code: InboxErrorCodes.INVALID_OPTIONS });
+    }
+    expect(await listDeadLetters(database.t.db, tables, { since: new Date('0001-01-01T00:00:00Z') })).toEqual([]);
+  });
+
+  it('auditedPurge reports and audits the attempts records it deleted', async () => {
+    const { t } = database;
+    const tables = { schema: t.schema };
+    await t.query(
+      `insert into "${t.schema}".inbox_attempts (consumer, message_id, attempts, last_attempt_at) values ('c', 'x', 2, now() - interval '2 days'), ('c', 'y', 1, now() - interval '2 days')`,
+    );
+    const result = await auditedPurge(t.db, tables, { olderThanMs: 86_400_000, actor: 'alice' });
+    expect(result).toMatchObject({ deleted: 0, attemptsDeleted: 2 });
+    expect(result.audit.after).toMatchObject({ deleted: 0, attemptsDeleted: 2, olderThanMs: 86_400_000 });
   });
 });

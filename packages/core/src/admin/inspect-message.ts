@@ -2,7 +2,7 @@ import { sql } from 'drizzle-orm';
 import { InboxErrorCodes } from '../errors.js';
 import type { InboxTableNames } from '../schema.js';
 import type { AnyPgDatabase } from '../types.js';
-import { adminOperation, adminTables, rowsOf } from './admin-sql.js';
+import { adminOperation, adminTables, rowsOf, adminKey } from './admin-sql.js';
 import { readMessageRows, notFound } from './message-rows.js';
 import {
   type AttemptsRecord,
@@ -39,6 +39,8 @@ export interface MessageInspection {
  */
 export async function inspectMessage(db: AnyPgDatabase, names: InboxTableNames, consumer: string, messageId: string): Promise<MessageInspection> {
   const tables = adminTables(names);
+  adminKey(consumer, 'consumer');
+  adminKey(messageId, 'messageId');
   return adminOperation('inspect', tables.resolved, async () => {
     const rows = await readMessageRows(db, tables, consumer, messageId, false);
     const deadLetters = await rowsOf<{ row: JsonRow }>(

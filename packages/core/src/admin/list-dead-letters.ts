@@ -2,7 +2,7 @@ import { sql } from 'drizzle-orm';
 import { InboxError, InboxErrorCodes } from '../errors.js';
 import type { InboxTableNames } from '../schema.js';
 import type { AnyPgDatabase } from '../types.js';
-import { adminOperation, adminTables, rowsOf } from './admin-sql.js';
+import { adminOperation, adminTables, rowsOf, adminKey } from './admin-sql.js';
 import { type DeadLetterRecord, deadLetterRecord, type JsonRow } from './records.js';
 
 /** Options of {@link listDeadLetters}. */
@@ -20,8 +20,11 @@ export async function listDeadLetters(db: AnyPgDatabase, names: InboxTableNames 
   const tables = adminTables(names);
   const limit = options.limit ?? 100;
   if (!Number.isInteger(limit) || limit < 1) throw new InboxError(InboxErrorCodes.INVALID_OPTIONS, 'limit must be an integer >= 1');
-  if (options.since !== undefined && Number.isNaN(options.since.getTime())) throw new InboxError(InboxErrorCodes.INVALID_OPTIONS, 'since must be a valid Date');
-  const consumer = options.consumer === undefined ? sql`` : sql` and consumer = ${options.consumer}`;
+  const year = options.since?.getUTCFullYear();
+  // PostgreSQL reads an ISO date of years 1 to 9999; other years print as +275760-... or -000001-...
+  if (options.since !== undefined && !(year !== undefined && year >= 1 && year <= 9999))
+    throw new InboxError(InboxErrorCodes.INVALID_OPTIONS, 'since must be a valid Date in the years 1 to 9999');
+  const consumer = options.consumer === undefined ? sql`` : sql` and consumer = ${adminKey(options.consumer, 'consumer')}`;
   const since = options.since === undefined ? sql`` : sql` and dead_lettered_at >= ${options.since.toISOString()}::timestamptz`;
   return adminOperation('dead-letters', tables.resolved, async () => {
     const rows = await rowsOf<{ row: JsonRow }>(

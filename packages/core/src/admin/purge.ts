@@ -1,9 +1,9 @@
 import { sql } from 'drizzle-orm';
 import { InboxError, InboxErrorCodes } from '../errors.js';
-import { purgeInbox } from '../retention.js';
+import { cutoffOf, purgeInbox, retentionWindow, WITHOUT_LIVE_LEASE } from '../retention.js';
 import type { InboxTableNames } from '../schema.js';
 import type { AnyPgDatabase } from '../types.js';
-import { adminOperation, adminTables, rowsOf } from './admin-sql.js';
+import { adminOperation, adminTables, rowsOf, adminKey } from './admin-sql.js';
 import { writeAudit } from './audit.js';
 import type { AuditRecord } from './records.js';
 
@@ -23,25 +23,19 @@ export interface PurgePreview {
   attempts: number;
 }
 
-function assertWindow(olderThanMs: number): void {
-  if (!Number.isFinite(olderThanMs) || olderThanMs <= 0)
-    throw new InboxError(InboxErrorCodes.INVALID_OPTIONS, 'olderThanMs must be a positive number of milliseconds');
-}
-
 /**
  * Counts what {@link purgeInbox} would delete with the same window and consumer, using its predicate
  * (a live leased claim is never counted). Deletes nothing.
  */
 export async function previewPurge(db: AnyPgDatabase, names: InboxTableNames, options: AdminPurgeOptions): Promise<PurgePreview> {
-  assertWindow(options.olderThanMs);
+  const cutoff = cutoffOf(retentionWindow(options.olderThanMs));
   const tables = adminTables(names);
-  const cutoff = sql`now() - (${String(options.olderThanMs)} || ' milliseconds')::interval`;
-  const scope = options.consumer === undefined ? sql`true` : sql`consumer = ${options.consumer}`;
+  const scope = options.consumer === undefined ? sql`true` : sql`consumer = ${adminKey(options.consumer, 'consumer')}`;
   return adminOperation('purge --dry-run', tables.resolved, async () => {
     const [row] = await rowsOf<{ inbox: number; attempts: number }>(
       db,
       sql`select (select count(*)::int from ${tables.inbox}
-                  where completed_at < ${cutoff} and ${scope} and not (status = 'processing' and lease_expires_at > now())) as inbox,
+                  where completed_at < ${cutoff} and ${scope} and ${WITHOUT_LIVE_LEASE}) as inbox,
                  (select count(*)::int from ${tables.attempts} where last_attempt_at < ${cutoff} and ${scope}) as attempts`,
     );
     return { inbox: Number(row?.inbox ?? 0), attempts: Number(row?.attempts ?? 0) };
@@ -50,13 +44,16 @@ export async function previewPurge(db: AnyPgDatabase, names: InboxTableNames, op
 
 /** What {@link auditedPurge} did. */
 export interface AuditedPurgeResult {
+  /** Inbox rows deleted. */
   deleted: number;
+  /** Attempts records deleted (the retry budgets of messages last tried before the window). */
+  attemptsDeleted: number;
   audit: AuditRecord;
 }
 
 /**
  * Runs {@link purgeInbox} and then appends an audit row (`action: 'purge'`, `after: { deleted,
- * olderThanMs, batchSize }`). The purge commits batch by batch (so it never holds long locks) and
+ * attemptsDeleted, olderThanMs, batchSize }`). The purge commits batch by batch (so it never holds long locks) and
  * the audit row after it: unlike the message repairs, they are not one transaction; a purge that
  * fails halfway leaves no audit row for the batches it deleted (they were past retention anyway).
  */
@@ -65,7 +62,7 @@ export async function auditedPurge(
   names: InboxTableNames,
   options: AdminPurgeOptions & { batchSize?: number; actor: string; reason?: string },
 ): Promise<AuditedPurgeResult> {
-  assertWindow(options.olderThanMs);
+  retentionWindow(options.olderThanMs);
   if (typeof options.actor !== 'string' || options.actor.trim() === '')
     throw new InboxError(InboxErrorCodes.INVALID_OPTIONS, 'a purge needs a non-empty actor');
   const tables = adminTables(names);
@@ -77,7 +74,7 @@ export async function auditedPurge(
       tables: names,
       ...(options.consumer === undefined ? {} : { consumer: options.consumer }),
     };
-    const { deleted } = await purgeInbox(db, purgeOptions);
+    const { deleted, attemptsDeleted } = await purgeInbox(db, purgeOptions);
     const audit = await writeAudit(db, tables, {
       actor: options.actor,
       action: 'purge',
@@ -85,8 +82,8 @@ export async function auditedPurge(
       messageId: null,
       reason: options.reason ?? null,
       before: null,
-      after: { deleted, olderThanMs: options.olderThanMs, batchSize },
+      after: { deleted, attemptsDeleted, olderThanMs: options.olderThanMs, batchSize },
     });
-    return { deleted, audit };
+    return { deleted, attemptsDeleted, audit };
   });
 }

@@ -2,7 +2,7 @@ import { sql } from 'drizzle-orm';
 import { InboxErrorCodes } from '../errors.js';
 import type { InboxTableNames } from '../schema.js';
 import type { AnyPgDatabase } from '../types.js';
-import { type AdminTables, adminOperation, adminTables, type Executable, rowsOf } from './admin-sql.js';
+import { type AdminTables, adminOperation, adminTables, type Executable, rowsOf, adminKey } from './admin-sql.js';
 import { assertRepairOptions, type RepairOptions, writeAudit } from './audit.js';
 import { assertNotCompleted, type MessageRows, notFound, readMessageRows } from './message-rows.js';
 import { type AttemptsRecord, type AuditRecord, attemptsRecord, type InboxRecord, inboxRecord } from './records.js';
@@ -54,6 +54,8 @@ function auditedRepair(
   step: RepairStep,
 ): Promise<RepairResult> {
   assertRepairOptions(options);
+  adminKey(consumer, 'consumer');
+  adminKey(messageId, 'messageId');
   const tables = adminTables(names);
   return adminOperation(action, tables.resolved, () =>
     db.transaction(async (tx) => {

@@ -2,7 +2,7 @@ import { sql } from 'drizzle-orm';
 import { InboxError, InboxErrorCodes } from '../errors.js';
 import type { InboxTableNames } from '../schema.js';
 import type { AnyPgDatabase } from '../types.js';
-import { adminOperation, adminTables, rowsOf, toDate, toMs } from './admin-sql.js';
+import { adminOperation, adminTables, rowsOf, toDate, toMs, adminKey } from './admin-sql.js';
 
 /** A message with failures on record (its attempts row). */
 export interface FailingMessage {
@@ -58,7 +58,7 @@ export async function inboxStatus(db: AnyPgDatabase, names: InboxTableNames = {}
   const tables = adminTables(names);
   const failingLimit = options.failingLimit ?? 10;
   if (!Number.isInteger(failingLimit) || failingLimit < 0) throw new InboxError(InboxErrorCodes.INVALID_OPTIONS, 'failingLimit must be an integer >= 0');
-  const consumer = options.consumer;
+  const consumer = options.consumer === undefined ? undefined : adminKey(options.consumer, 'consumer');
   const scope = consumer === undefined ? sql`true` : sql`consumer = ${consumer}`;
   return adminOperation('status', tables.resolved, async () => {
     const counts = await rowsOf<CountRow>(
