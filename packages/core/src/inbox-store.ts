@@ -74,6 +74,18 @@ export class InboxStatementError extends Error {
 }
 
 /**
+ * @internal The claim found an id's row, and the read right after found none: retention deleted it
+ * in between (nothing else deletes inbox rows). The id is new again, so the whole transaction is
+ * run again, like one hit by a serialization failure, and then claims it; not an inbox query failure.
+ */
+export class ClaimRaceError extends Error {
+  constructor(messageId: string) {
+    super(`the inbox row of ${JSON.stringify(messageId)} was deleted (by retention) between the claim and its read`);
+    this.name = 'ClaimRaceError';
+  }
+}
+
+/**
  * The marker the completion check raises when the claimed rows are not (all) in the current
  * transaction. Plain SQL has no RAISE, so the check casts a text carrying this marker to an integer
  * only in that case; the cast error is recognised by the marker, never by its SQLSTATE.

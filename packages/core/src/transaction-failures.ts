@@ -1,7 +1,7 @@
 import { classifyDatabaseError, isConnectionFailure, isIdleInTransactionTimeout, isInFailedTransaction } from './database-errors.js';
 import { describeError } from './error-text.js';
 import { InboxErrorCodes, isInboxError } from './errors.js';
-import { CLAIM_LOST_MARKER, InboxStatementError } from './inbox-store.js';
+import { CLAIM_LOST_MARKER, ClaimRaceError, InboxStatementError } from './inbox-store.js';
 
 /**
  * @internal Why an inbox transaction did not commit. The rule that decides the kind: the inbox's
@@ -73,6 +73,7 @@ export function bodyFailure(error: unknown, connectionProblem?: unknown): Transa
 }
 
 function classifyBodyFailure(error: unknown, connectionProblem: unknown): TransactionFailure {
+  if (error instanceof ClaimRaceError) return { kind: 'conflict', error, counted: false };
   if (error instanceof InboxStatementError) {
     if (isInFailedTransaction(error.original)) return { kind: 'aborted', error: error.original, firstFailure: undefined };
     if (error.statement === 'result' || error.statement === 'reject') {

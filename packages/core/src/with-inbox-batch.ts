@@ -2,7 +2,7 @@ import { InboxError, InboxErrorCodes } from './errors.js';
 import { checkInboxTables } from './check-tables.js';
 import { recordDeadLetter as recordDeadLetterRow } from './dead-letters.js';
 import { internalFailure, outcomeOfFailure } from './failure.js';
-import { InboxStatementError, InboxStore } from './inbox-store.js';
+import { ClaimRaceError, InboxStatementError, InboxStore } from './inbox-store.js';
 import { assertHandler, resolveOptions, type InboxOptions, type ResolvedOptions } from './options.js';
 import { isOutcome, outcomeOfExisting, prepareMessage, type KnownRow, type PreparedMessage } from './prepare.js';
 import { rejectionReason } from './rejection.js';
@@ -141,7 +141,7 @@ export function withInboxBatch<TDb extends AnyPgDatabase, TPayload = unknown>(
           );
           for (const { index, prepared } of known) {
             const row = existing.get(prepared.message.id);
-            if (row === undefined) throw new InboxStatementError('find', new Error(`inbox row of ${prepared.message.id} vanished between claim and read`));
+            if (row === undefined) throw new ClaimRaceError(prepared.message.id);
             committed.rows.set(prepared.message.id, row);
             committed.outcomes.set(index, outcomeOfExisting(general, prepared.message, prepared.fingerprint, row));
           }

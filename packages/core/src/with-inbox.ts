@@ -1,7 +1,7 @@
 import { checkInboxTables } from './check-tables.js';
 import { recordDeadLetter as recordDeadLetterRow } from './dead-letters.js';
 import { internalFailure, outcomeOfFailure } from './failure.js';
-import { InboxStatementError, InboxStore } from './inbox-store.js';
+import { ClaimRaceError, InboxStatementError, InboxStore } from './inbox-store.js';
 import { withLeasedInbox, type LeasedInboxHandler } from './leased/with-leased-inbox.js';
 import { assertHandler, resolveOptions, type InboxOptions, type LeasedInboxOptions, type ResolvedOptions } from './options.js';
 import { isOutcome, outcomeOfExisting, prepareMessage } from './prepare.js';
@@ -111,8 +111,8 @@ function withTransactionalInbox<TDb extends AnyPgDatabase, TPayload>(
       body: async (tx, claimed, abandon): Promise<InboxOutcome> => {
         if (!claimed.has(message.id)) {
           const existing = (await store.find(tx, [message.id])).get(message.id);
-          // Gone between the conflict and the read: only retention could do that. Let the broker retry.
-          if (existing === undefined) throw new InboxStatementError('find', new Error('inbox row vanished between claim and read'));
+          // Gone between the conflict and the read: only retention could do that. Run the transaction again.
+          if (existing === undefined) throw new ClaimRaceError(message.id);
           return outcomeOfExisting(general, message, fingerprint, existing);
         }
         const returned = await runWithDeadline(
