@@ -1,5 +1,6 @@
 import { sql } from 'drizzle-orm';
 import { bigserial, index, integer, jsonb, pgSchema, pgTable, primaryKey, text, timestamp, type PgSchema } from 'drizzle-orm/pg-core';
+import { InboxError, InboxErrorCodes } from './errors.js';
 import { assertIdentifier } from './identifiers.js';
 
 /** Where the inbox lives. Defaults: schema `public`, tables `inbox` and `inbox_attempts`. */
@@ -25,6 +26,16 @@ export function resolveTableNames(names: InboxTableNames = {}): ResolvedTableNam
   const attemptsTable = assertIdentifier(`${table}_attempts`, 'inbox attempts table name');
   const deadLettersTable = assertIdentifier(`${table}_dead_letters`, 'inbox dead-letters table name');
   const auditTable = assertIdentifier(`${table}_audit`, 'inbox audit table name');
+  // PostgreSQL cuts longer names to 63 bytes, silently: two indexes would collapse into one name and
+  // CREATE INDEX IF NOT EXISTS would skip the second. The longest derived name is this index's.
+  const longest = `${deadLettersTable}_message_idx`;
+  if (longest.length > 63) {
+    throw new InboxError(
+      InboxErrorCodes.INVALID_IDENTIFIER,
+      `inbox table name ${JSON.stringify(table)} is too long: inboxed derives names up to 25 characters longer (${longest}), and PostgreSQL cuts names at 63; use at most 38 characters`,
+      { details: { what: 'inbox table name', name: table } },
+    );
+  }
   const schema = names.schema === undefined ? undefined : assertIdentifier(names.schema, 'inbox schema name');
   return { schema, table, attemptsTable, deadLettersTable, auditTable };
 }

@@ -1,5 +1,6 @@
 import { sql } from 'drizzle-orm';
 import { integer, pgSchema, pgTable, text } from 'drizzle-orm/pg-core';
+import { classifyDatabaseError } from '../database-errors.js';
 import { describeError } from '../error-text.js';
 import { InboxError, InboxErrorCodes, isInboxError } from '../errors.js';
 import { createInboxTables, resolveTableNames, type InboxTableNames, type ResolvedTableNames } from '../schema.js';
@@ -17,6 +18,14 @@ export interface MigrateOptions {
    * converted (see the README: moving to a partitioned inbox).
    */
   partitions?: number;
+  /**
+   * How long a migration statement may wait for a lock (`lock_timeout`), in ms. An upgrade that
+   * alters the inbox needs an exclusive lock on it, and while it waits behind a consumer's open
+   * transaction every new claim queues behind it: bounded, the migration fails instead
+   * (`MIGRATION_FAILED`, nothing applied; run it again when the inbox is quieter). Default 10000;
+   * `null` waits as long as it takes.
+   */
+  lockTimeoutMs?: number | null;
 }
 
 /** What {@link migrate} did. */
@@ -58,7 +67,10 @@ function historyTable(names: ResolvedTableNames) {
  */
 export async function migrate(db: AnyPgDatabase, names: InboxTableNames = {}, options: MigrateOptions = {}): Promise<MigrateResult> {
   const resolved = resolveTableNames(names);
-  const { partitions } = options;
+  const { partitions, lockTimeoutMs = 10_000 } = options;
+  if (lockTimeoutMs !== null && (!Number.isInteger(lockTimeoutMs) || lockTimeoutMs < 1 || lockTimeoutMs > 2_147_483_647)) {
+    throw new InboxError(InboxErrorCodes.INVALID_OPTIONS, `lockTimeoutMs must be an integer of milliseconds >= 1, or null (got ${String(lockTimeoutMs)})`);
+  }
   if (partitions !== undefined && (!Number.isInteger(partitions) || partitions < 2 || partitions > 1024)) {
     throw new InboxError(InboxErrorCodes.INVALID_OPTIONS, `partitions must be an integer from 2 to 1024 (got ${String(partitions)})`);
   }
@@ -69,10 +81,12 @@ export async function migrate(db: AnyPgDatabase, names: InboxTableNames = {}, op
     return await db.transaction(async (tx) => {
       // One lock per schema, taken before CREATE SCHEMA: processes migrating different inbox tables
       // into the same new schema at once would otherwise race on creating it (duplicate key on
-      // pg_namespace). Tables of one schema migrate one after the other; they are quick.
+      // pg_namespace). The schema is the one the tables go to: without a name, the first schema of
+      // the search_path, so `migrate(db)` and `migrate(db, { schema: 'public' })` share one lock.
       await assertSupportedServer(tx);
-      const lockKey = `inboxed:migrate:${resolved.schema ?? ''}`;
-      await tx.execute(sql`select pg_advisory_xact_lock(hashtext(${lockKey}))`);
+      await tx.execute(sql`select pg_advisory_xact_lock(hashtext('inboxed:migrate:' || coalesce(${resolved.schema ?? null}::text, current_schema(), '')))`);
+      // Set after the advisory lock: waiting for another migration is fine, waiting on the inbox is bounded.
+      if (lockTimeoutMs !== null) await tx.execute(sql.raw(`set local lock_timeout = ${lockTimeoutMs}`));
       if (resolved.schema !== undefined) await tx.execute(sql.raw(`CREATE SCHEMA IF NOT EXISTS "${resolved.schema}"`));
       const historyName = resolved.schema === undefined ? `"${resolved.table}_migrations"` : `"${resolved.schema}"."${resolved.table}_migrations"`;
       await tx.execute(
@@ -103,6 +117,13 @@ export async function migrate(db: AnyPgDatabase, names: InboxTableNames = {}, op
     });
   } catch (error) {
     if (isInboxError(error)) throw error;
+    if (classifyDatabaseError(error) === 'lock-timeout') {
+      throw new InboxError(
+        InboxErrorCodes.MIGRATION_FAILED,
+        `inbox migration failed: it waited lockTimeoutMs (${lockTimeoutMs} ms) for a lock on the inbox tables, held by open transactions (a consumer's, most likely); nothing was applied. Run it again when the inbox is quieter, or with a longer lockTimeoutMs`,
+        { cause: error, details: { schema: resolved.schema, table: resolved.table, lockTimeoutMs } },
+      );
+    }
     throw new InboxError(InboxErrorCodes.MIGRATION_FAILED, `inbox migration failed: ${describeError(error)}`, {
       cause: error,
       details: { schema: resolved.schema, table: resolved.table },
