@@ -3,6 +3,7 @@ import { readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { createTestDatabase, databaseUrl, type TestDatabase } from '@inboxed/test-support';
+import { sql } from 'drizzle-orm';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { run } from './program.js';
 
@@ -265,15 +266,133 @@ describe('inboxed', () => {
 
     const real = await runCli(['purge', '--older-than', '7d', '--consumer', 'billing', '--batch-size', '1', '--actor', 'cron', '--json', ...db]);
     expect(real.code, real.stderr).toBe(0);
-    expect(json(real)).toMatchObject({ dryRun: false, deleted: 1, audit: { actor: 'cron', action: 'purge', consumer: 'billing' } });
+    expect(json(real)).toMatchObject({ dryRun: false, deleted: 1, attemptsDeleted: 0, audit: { actor: 'cron', action: 'purge', consumer: 'billing' } });
     expect(await q(`select message_id from $S.inbox order by 1`)).toEqual([{ message_id: 'refused' }, { message_id: 'stuck' }]);
     expect(await q(`select actor, action, consumer, after from $S.inbox_audit`)).toEqual([
-      { actor: 'cron', action: 'purge', consumer: 'billing', after: { deleted: 1, olderThanMs: 604_800_000, batchSize: 1 } },
+      { actor: 'cron', action: 'purge', consumer: 'billing', after: { deleted: 1, attemptsDeleted: 0, olderThanMs: 604_800_000, batchSize: 1 } },
     ]);
     for (const bad of ['7', '7 days', '1.5h', '0s', '-1d']) {
       expect(await runCli(['purge', '--older-than', bad, ...db]), bad).toMatchObject({ code: 2, stderr: expect.stringContaining('[USAGE_ERROR]') });
     }
     expect(await runCli(['purge', ...db])).toMatchObject({ code: 2, stderr: expect.stringContaining('--older-than') });
+  });
+
+  it('purge reports and audits the attempts records it deletes (retry budgets), not only inbox rows', async () => {
+    await seed();
+    await q(`update $S.inbox_attempts set last_attempt_at = now() - interval '9 days' where message_id in ('done', 'poison')`);
+    const dry = await runCli(['purge', '--older-than', '7d', '--dry-run', ...db]);
+    expect(dry.stdout).toContain('would delete 1 inbox row(s) and 2 attempts record(s) older than 7d');
+    const text = await runCli(['purge', '--older-than', '7d', '--actor', 'cron', ...db]);
+    expect(text.code, text.stderr).toBe(0);
+    expect(text.stdout).toMatch(/^Deleted 1 inbox row\(s\) and 2 attempts record\(s\) older than 7d\. Audit #\d+ by cron\.\n$/);
+    expect(await q(`select message_id from $S.inbox_attempts`)).toEqual([{ message_id: 'stuck' }]);
+    await q(`update $S.inbox_attempts set last_attempt_at = now() - interval '9 days'`);
+    const asJson = await runCli(['purge', '--older-than', '7d', '--json', ...db]);
+    expect(json(asJson)).toMatchObject({ dryRun: false, deleted: 0, attemptsDeleted: 1 });
+    expect(await q(`select after from $S.inbox_audit order by id`)).toEqual([
+      { after: { deleted: 1, attemptsDeleted: 2, olderThanMs: 604_800_000, batchSize: 1000 } },
+      { after: { deleted: 0, attemptsDeleted: 1, olderThanMs: 604_800_000, batchSize: 1000 } },
+    ]);
+  });
+
+  it('durations over 100 years and dates outside 0001-9999 or not on the calendar are usage errors (exit 2), never failed statements', async () => {
+    await seed();
+    const cases = [
+      ['purge', '--older-than', '100000000d', '--dry-run'],
+      ['purge', '--older-than', '9007199254740991ms'],
+      ['purge', '--older-than', '36526d'],
+      ['dead-letters', '--since', '100000000d'],
+      ['dead-letters', '--since', '0000-01-01'],
+      ['dead-letters', '--since', '10000-01-01'],
+      ['dead-letters', '--since', '2023-02-30'],
+    ];
+    for (const args of cases) {
+      const result = await runCli([...args, '--json', ...db]);
+      expect({ args, code: result.code }).toEqual({ args, code: 2 });
+      expect(json(result)).toMatchObject({ error: { code: 'USAGE_ERROR', exitCode: 2 } });
+    }
+    expect(await q(`select count(*)::int as n from $S.inbox_audit`)).toEqual([{ n: 0 }]);
+    // The bounds themselves work.
+    const longest = await runCli(['purge', '--older-than', '36525d', '--dry-run', '--json', ...db]);
+    expect(longest.code, longest.stderr).toBe(0);
+    expect(json(longest)).toMatchObject({ olderThanMs: 3_155_760_000_000, wouldDelete: { inbox: 0, attempts: 0 } });
+    for (const since of ['36525d', '0001-01-01', '9999-12-31T23:59:59Z', '2024-02-29']) {
+      const result = await runCli(['dead-letters', '--since', since, '--json', ...db]);
+      expect({ since, code: result.code, stderr: result.stderr }).toEqual({ since, code: 0, stderr: '' });
+    }
+  });
+
+  it('prints stored text (ids, errors, destinations, consumer names) with its control characters escaped; --json keeps it exact', async () => {
+    await migrated();
+    const hostile = '\u001b[2J\u001b]0;pwned\u0007\r';
+    const id = `order-1${hostile}\u0085\u202e`;
+    const schema = sql.raw(`"${t.schema}"`);
+    const consumer = `billing${hostile}`;
+    await t.db.execute(sql`insert into ${schema}.inbox_dead_letters (consumer, message_id, reason, error_code, error, attempts, destination)
+      values (${consumer}, ${id}, 'max-attempts-exceeded', 'MAX_ATTEMPTS_EXCEEDED', ${`invalid amount: ${hostile}`}, 5, ${`amqp:dlq${hostile}\nFAKE ROW`})`);
+    await t.db.execute(sql`insert into ${schema}.inbox_attempts (consumer, message_id, attempts, last_error, last_error_code)
+      values (${consumer}, ${id}, 3, ${`boom${hostile}\nspoof`}, 'HANDLER_FAILED')`);
+    // C0 (newline only between lines), DEL, C1, U+2028/2029, bidi controls: none may reach the terminal.
+    // biome-ignore lint/suspicious/noControlCharactersInRegex: the characters the output must never hold.
+    const unsafe = /[\u0000-\u0009\u000b-\u001f\u007f-\u009f\u2028\u2029\u202a-\u202e\u2066-\u2069]/;
+    const outputs = {
+      status: await runCli(['status', ...db]),
+      inspect: await runCli(['inspect', consumer, id, ...db]),
+      deadLetters: await runCli(['dead-letters', ...db]),
+    };
+    for (const [name, output] of Object.entries(outputs)) {
+      expect({ name, code: output.code, stderr: output.stderr }).toEqual({ name, code: 0, stderr: '' });
+      expect({ name, raw: unsafe.test(output.stdout) }).toEqual({ name, raw: false });
+      expect(output.stdout, name).toContain('\\x1b[2J\\x1b]0;pwned\\x07\\r');
+    }
+    expect(outputs.deadLetters.stdout.trim().split('\n')).toHaveLength(2);
+    expect(outputs.deadLetters.stdout).toContain('amqp:dlq\\x1b[2J\\x1b]0;pwned\\x07\\r\\nFAKE ROW');
+    expect(outputs.inspect.stdout).toMatch(/last error:\s+boom\\x1b\[2J\\x1b\]0;pwned\\x07\\r\\nspoof\n/);
+    // An unknown consumer's name in an error message is escaped on stderr too.
+    const unknown = await runCli(['inspect', `nobody${hostile}`, 'x', ...db]);
+    expect(unknown.code).toBe(5);
+    expect(unsafe.test(unknown.stderr)).toBe(false);
+    // --json is the stored text, exactly (JSON escapes it).
+    const asJson = await runCli(['dead-letters', '--json', ...db]);
+    expect(json(asJson).deadLetters).toMatchObject([{ consumer, messageId: id, destination: `amqp:dlq${hostile}\nFAKE ROW` }]);
+    expect(asJson.stdout).toBe(`${JSON.stringify(json(asJson), null, 2)}\n`);
+  });
+
+  it('a mistyped database URL option never prints its password, on stderr nor in --json', async () => {
+    const secret = 'hunter2-s3cret';
+    const url = `postgres://alice:${secret}@127.0.0.1:1/test`;
+    const mistyped = [
+      ['status', `--database_url=${url}`],
+      ['status', '--json', `--databaseurl=${url}`],
+      ['status', `--db=${url}`, '--json'],
+      ['status', `--db=postgres://alice@127.0.0.1:1/test?sslmode=require&password=${secret}&sslpassword=${secret}`, '--json'],
+      ['status', `--password=${secret}`, '--json'],
+      ['status', `--db=postgres://alice:it's ${secret}@127.0.0.1:1/test`, '--json'],
+      ['dead-letters', '--since', url, '--json'],
+    ];
+    for (const args of mistyped) {
+      const result = await runCli(args);
+      expect({ args, code: result.code }).toEqual({ args, code: 2 });
+      expect(result.stderr).toContain('[USAGE_ERROR]');
+      expect(result.stderr).toContain('***');
+      expect(result.stderr + result.stdout).not.toContain(secret);
+      if (args.includes('--json')) {
+        expect(json(result).error).toMatchObject({ code: 'USAGE_ERROR', message: expect.stringContaining('***') });
+        expect(json(result).error.message).not.toContain(secret);
+      }
+    }
+    // A misspelled option with the URL as the next argument: commander names only the option.
+    const apart = await runCli(['--databse-url', url, 'status', '--json']);
+    expect(apart.code).toBe(2);
+    expect(apart.stderr + apart.stdout).not.toContain(secret);
+    // What is left of the message still says what was wrong.
+    const typo = await runCli(['status', `--database_url=${url}`]);
+    expect(typo.stderr).toContain("unknown option '--database_url=postgres://alice:***@127.0.0.1:1/test'");
+    // As a user runs it.
+    const spawned = await spawnCli(['status', '--json', `--databaseurl=${url}`]);
+    expect(spawned.code).toBe(2);
+    expect(spawned.stderr + spawned.stdout).not.toContain(secret);
+    expect(json(spawned).error.message).toContain('postgres://alice:***@127.0.0.1:1/test');
   });
 
   it('accepts the URLs node-postgres accepts: user info before an empty host, the host and port as query parameters', async () => {

@@ -23,17 +23,75 @@ const SECRET_PARAMETERS = new Set(['password', 'sslpassword']);
 export function redactUrl(url: URL): string {
   const copy = new URL(url.href);
   if (copy.password !== '') copy.password = '***';
-  if (copy.search.length > 1) {
-    // Edited as text, so the other parameters are printed exactly as given (searchParams would re-encode them).
-    const parameters = copy.search.slice(1).split('&');
-    copy.search = parameters
-      .map((parameter) => {
-        const [name = '', ...value] = parameter.split('=');
-        return value.length > 0 && SECRET_PARAMETERS.has(decodeParameter(name).toLowerCase()) ? `${name}=***` : parameter;
-      })
-      .join('&');
-  }
+  // Edited as text, so the other parameters are printed exactly as given (searchParams would re-encode them).
+  if (copy.search.length > 1) copy.search = maskQuery(copy.search.slice(1));
   return copy.href;
+}
+
+/** A query string (without its `?`) with the values of its secret parameters masked. */
+function maskQuery(query: string): string {
+  return query
+    .split('&')
+    .map((parameter) => {
+      const [name = '', ...value] = parameter.split('=');
+      return value.length > 0 && SECRET_PARAMETERS.has(decodeParameter(name).toLowerCase()) ? `${name}=***` : parameter;
+    })
+    .join('&');
+}
+
+/**
+ * One URL-like text (`scheme://...`) masked as {@link redactUrl} masks a URL, but edited as text, so
+ * it works on what does not parse too: the password of its user info (from the first `:` to the last
+ * `@` of the authority) and the values of `password`/`sslpassword` query parameters. `wholeArgument`:
+ * the text is one command-line argument, whose user info may hold an unencoded `/`, `?` or `#`, so
+ * it runs to the argument's last `@` (masking too much there is better than too little).
+ */
+function maskUrlText(text: string, wholeArgument: boolean): string {
+  const start = text.indexOf('://') + 3;
+  const rest = text.slice(start);
+  const delimiter = rest.search(/[/?#]/);
+  const lastAt = rest.lastIndexOf('@');
+  const authorityEnd = wholeArgument && lastAt !== -1 ? lastAt + 1 : delimiter === -1 ? rest.length : delimiter;
+  let authority = rest.slice(0, authorityEnd);
+  const at = authority.lastIndexOf('@');
+  const colon = authority.indexOf(':');
+  if (at !== -1 && colon !== -1 && colon < at - 1) authority = `${authority.slice(0, colon + 1)}***${authority.slice(at)}`;
+  let tail = rest.slice(authorityEnd);
+  const hash = tail.indexOf('#');
+  const query = tail.indexOf('?');
+  if (query !== -1 && (hash === -1 || query < hash)) {
+    const queryEnd = hash === -1 ? tail.length : hash;
+    tail = `${tail.slice(0, query + 1)}${maskQuery(tail.slice(query + 1, queryEnd))}${tail.slice(queryEnd)}`;
+  }
+  return `${text.slice(0, start)}${authority}${tail}`;
+}
+
+/** In free text: a URL-like token (up to a space or quote), and `password=`/`sslpassword=` (not part of a longer word) with its value. */
+const TEXT_SECRETS = { url: /[a-z][a-z0-9+.-]*:\/\/[^\s'"`<>]*/gi, keyword: /(^|[^a-z0-9_%])((?:ssl)?password=)[^\s&#'"`]*/gi, wholeArgument: false };
+/** In one command-line argument: the same, but a URL runs to the argument's end and a value to the next `&` or `#`. */
+const ARGUMENT_SECRETS = { url: /[a-z][a-z0-9+.-]*:\/\/.*/gis, keyword: /(^|[^a-z0-9_%])((?:ssl)?password=)[^&#]*/gi, wholeArgument: true };
+
+function maskSecrets(text: string, patterns: typeof TEXT_SECRETS): string {
+  return text
+    .replace(patterns.url, (url) => maskUrlText(url, patterns.wholeArgument))
+    .replace(patterns.keyword, (_match, before: string, key: string) => `${before}${key}***`);
+}
+
+/**
+ * Free text (an error message) with every secret it may quote masked as {@link redactUrl} masks a
+ * database URL: `user:***@` in anything like a URL, `password=***` and `sslpassword=***` (in a URL's
+ * query or on their own, as in a mistyped `--password=...`). Commander's usage errors quote the
+ * arguments as given (`unknown option '--database_url=postgres://u:p@h/db'`), so each of `argv` that
+ * holds a secret is first replaced whole by its masked form: that also covers passwords with quotes or
+ * spaces in them, which the scan of the text alone would cut short.
+ */
+export function redactSecrets(text: string, argv: readonly string[] = []): string {
+  let result = text;
+  for (const argument of argv) {
+    const masked = maskSecrets(argument, ARGUMENT_SECRETS);
+    if (masked !== argument) result = result.replaceAll(argument, masked);
+  }
+  return maskSecrets(result, TEXT_SECRETS);
 }
 
 function decodeParameter(name: string): string {

@@ -2,6 +2,7 @@ import { readFileSync } from 'node:fs';
 import { describeError, isInboxError } from '@inboxed/core';
 import { Command, CommanderError, Option } from 'commander';
 import { CliErrorCodes } from './cli-errors.js';
+import { redactSecrets } from './connect.js';
 import { deadLettersCommand } from './commands/dead-letters.js';
 import { inspectCommand } from './commands/inspect.js';
 import { migrateCommand } from './commands/migrate.js';
@@ -11,7 +12,7 @@ import { statusCommand } from './commands/status.js';
 import { type CommandContext, type GlobalOptions, withContext } from './context.js';
 import { parseDuration, parsePositiveInteger, parseSince } from './duration.js';
 import { ExitCodes, exitCodeFor } from './exit-codes.js';
-import { type CommandOutput, type Io, processIo, toJson } from './output.js';
+import { type CommandOutput, escapeLines, type Io, processIo, toJson } from './output.js';
 
 /** What {@link run} needs from its surroundings; the defaults are the real process's. */
 export interface RunOptions {
@@ -32,9 +33,11 @@ export async function run(argv: readonly string[], options: RunOptions = {}): Pr
   let json = argv.includes('--json');
   let exitCode: number = ExitCodes.OK;
 
-  const fail = (code: string, message: string): number => {
+  const fail = (code: string, text: string): number => {
     const exit = exitCodeFor(code);
-    io.stderr(`inboxed: ${message} [${code}]\n`);
+    // Usage errors quote the arguments as typed: a mistyped `--database_url=postgres://u:secret@h/db` must not print its password.
+    const message = redactSecrets(text, argv);
+    io.stderr(`inboxed: ${escapeLines(message)} [${code}]\n`);
     if (json) io.stdout(toJson({ error: { code, message, exitCode: exit } }));
     return exit;
   };
@@ -64,7 +67,8 @@ export async function run(argv: readonly string[], options: RunOptions = {}): Pr
       const globals = command.optsWithGlobals<GlobalOptions>();
       json = globals.json === true;
       const output = await withContext(globals, env, (context) => body(context, ...(args.slice(0, -1) as A)));
-      io.stdout(json ? toJson(output.json) : `${output.text}\n`);
+      // Human text is escaped once more as a whole (the commands escape stored text where they print it): no raw control reaches the terminal.
+      io.stdout(json ? toJson(output.json) : `${escapeLines(output.text)}\n`);
       exitCode = output.exitCode;
     };
 

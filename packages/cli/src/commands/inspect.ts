@@ -1,12 +1,12 @@
 import { inspectMessage } from '@inboxed/core/admin';
 import type { CommandContext } from '../context.js';
 import { ExitCodes } from '../exit-codes.js';
-import { type CommandOutput, cell, formatAge, formatDate, renderFields, renderTable } from '../output.js';
+import { type CommandOutput, cell, formatAge, formatDate, quote, renderFields, renderTable } from '../output.js';
 
 /** `inboxed inspect <consumer> <message-id>`: the message's inbox row, attempts, dead-letters and audit trail. */
 export async function inspectCommand(context: CommandContext, consumer: string, messageId: string): Promise<CommandOutput> {
   const found = await inspectMessage(context.db, context.names, consumer, messageId);
-  const parts = [`Message ${JSON.stringify(messageId)} of consumer ${JSON.stringify(consumer)}`];
+  const parts = [`Message ${quote(messageId)} of consumer ${quote(consumer)}`];
   const inbox = found.inbox;
   parts.push(
     inbox === null

@@ -2,7 +2,7 @@ import { auditedPurge, inboxStatus, previewPurge } from '@inboxed/core/admin';
 import type { CommandContext } from '../context.js';
 import { formatDuration } from '../duration.js';
 import { ExitCodes } from '../exit-codes.js';
-import type { CommandOutput } from '../output.js';
+import { type CommandOutput, escapeText, quote } from '../output.js';
 
 /** Options of `inboxed purge`. */
 export interface PurgeCommandOptions {
@@ -20,7 +20,7 @@ export interface PurgeCommandOptions {
 export async function purgeCommand(context: CommandContext, options: PurgeCommandOptions): Promise<CommandOutput> {
   const scope = { olderThanMs: options.olderThanMs, ...(options.consumer === undefined ? {} : { consumer: options.consumer }) };
   if (options.consumer !== undefined) await inboxStatus(context.db, context.names, { consumer: options.consumer, failingLimit: 0 });
-  const window = `older than ${formatDuration(options.olderThanMs)}${options.consumer === undefined ? '' : ` of ${JSON.stringify(options.consumer)}`}`;
+  const window = `older than ${formatDuration(options.olderThanMs)}${options.consumer === undefined ? '' : ` of ${quote(options.consumer)}`}`;
   if (options.dryRun === true) {
     const wouldDelete = await previewPurge(context.db, context.names, scope);
     return {
@@ -37,7 +37,14 @@ export async function purgeCommand(context: CommandContext, options: PurgeComman
   });
   return {
     exitCode: ExitCodes.OK,
-    json: { dryRun: false, olderThanMs: options.olderThanMs, consumer: options.consumer ?? null, deleted: result.deleted, audit: result.audit },
-    text: `Deleted ${result.deleted} inbox row(s) ${window} (and their stale attempts records). Audit #${result.audit.id} by ${result.audit.actor}.`,
+    json: {
+      dryRun: false,
+      olderThanMs: options.olderThanMs,
+      consumer: options.consumer ?? null,
+      deleted: result.deleted,
+      attemptsDeleted: result.attemptsDeleted,
+      audit: result.audit,
+    },
+    text: `Deleted ${result.deleted} inbox row(s) and ${result.attemptsDeleted} attempts record(s) ${window}. Audit #${result.audit.id} by ${escapeText(result.audit.actor)}.`,
   };
 }

@@ -1,13 +1,13 @@
 import { type RepairResult, releaseMessage, requeueMessage } from '@inboxed/core/admin';
 import type { CommandContext } from '../context.js';
 import { ExitCodes } from '../exit-codes.js';
-import type { CommandOutput } from '../output.js';
+import { type CommandOutput, escapeText, quote } from '../output.js';
 
 function describe(result: RepairResult, verb: string): string {
   return [
-    `${verb} ${JSON.stringify(result.messageId)} of ${JSON.stringify(result.consumer)}:`,
-    ...result.changes.map((change) => `  - ${change}`),
-    `Audit #${result.audit.id} by ${result.audit.actor}: ${result.audit.reason ?? ''}`,
+    `${verb} ${quote(result.messageId)} of ${quote(result.consumer)}:`,
+    ...result.changes.map((change) => `  - ${escapeText(change)}`),
+    `Audit #${result.audit.id} by ${escapeText(result.audit.actor)}: ${escapeText(result.audit.reason ?? '')}`,
   ].join('\n');
 }
 

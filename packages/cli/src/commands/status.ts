@@ -1,7 +1,7 @@
 import { inboxStatus } from '@inboxed/core/admin';
 import type { CommandContext } from '../context.js';
 import { ExitCodes } from '../exit-codes.js';
-import { type CommandOutput, cell, formatAge, formatDate, renderTable } from '../output.js';
+import { type CommandOutput, cell, formatAge, formatDate, escapeText, renderTable } from '../output.js';
 
 /** `inboxed status [--consumer c]`: per consumer, rows by status, open claims, failing messages, dead-letters, retention lag. */
 export async function statusCommand(context: CommandContext, options: { consumer?: string }): Promise<CommandOutput> {
@@ -26,7 +26,7 @@ export async function statusCommand(context: CommandContext, options: { consumer
     if (s.failing.length === 0) continue;
     const more = s.failingCount > s.failing.length ? ` (latest ${s.failing.length} of ${s.failingCount})` : '';
     parts.push(
-      `Failing messages of ${s.consumer}${more}:\n${renderTable(
+      `Failing messages of ${escapeText(s.consumer)}${more}:\n${renderTable(
         ['MESSAGE', 'ATTEMPTS', 'LAST ERROR', 'LAST ATTEMPT'],
         s.failing.map((f) => [f.messageId, String(f.attempts), cell(f.lastErrorCode), formatDate(f.lastAttemptAt)]),
       )}`,
