@@ -1,7 +1,7 @@
 import { describeError, type AnyInboxProcessor, type InboxMessage, type InboxOutcome } from '@inboxed/core';
-import { callProcessor, type ConsumerEventEmitter, type InFlight, type PayloadMode } from '@inboxed/core/adapter';
+import { callProcessor, type ConsumerEventEmitter, type InFlight, type PayloadMode, sleep } from '@inboxed/core/adapter';
 import type { Channel, ConsumeMessage } from 'amqplib';
-import { coalescedAcks, individualAcks } from './amqp-acks.js';
+import { type AckStrategy, coalescedAcks, individualAcks } from './amqp-acks.js';
 import { AmqpErrorCodes, toAmqpError } from './amqp-errors.js';
 import { mapDelivery, type ResolvedMessageId } from './amqp-message.js';
 import type { ConfirmedPublisher } from './amqp-publisher.js';
@@ -57,7 +57,20 @@ interface Buffered {
  */
 export function createDeliveryHandler(context: DeliveryHandlerContext): DeliveryHandler {
   const { processor, events } = context;
-  const acks = context.coalesceAcks ? coalescedAcks(context.channel) : individualAcks(context.channel);
+  const channelAcks = context.coalesceAcks ? coalescedAcks(context.channel) : individualAcks(context.channel);
+  // What was sent to the broker for each delivery, so a settle that throws part-way can tell what is left to do.
+  const sent = new WeakMap<ConsumeMessage, 'acked' | 'requeued'>();
+  const acks: AckStrategy = {
+    received: (delivery) => channelAcks.received(delivery),
+    ack(delivery) {
+      sent.set(delivery, 'acked');
+      return channelAcks.ack(delivery);
+    },
+    requeue(delivery) {
+      sent.set(delivery, 'requeued');
+      channelAcks.requeue(delivery);
+    },
+  };
   const settle = createSettlement({
     acks,
     publisher: context.publisher,
@@ -72,10 +85,42 @@ export function createDeliveryHandler(context: DeliveryHandlerContext): Delivery
   // OpenTelemetry: W3C trace context arrives in the AMQP headers, which every message carries as `message.headers`.
   events.instrument({ system: 'rabbitmq', destination: context.topology.queue }, context.inFlight);
 
-  const track = (task: Promise<void>) =>
-    context.inFlight.track(
-      task.catch((error) => events.emit('error', toAmqpError(AmqpErrorCodes.ACK_FAILED, 'settling a delivery failed; it was requeued', error))),
-    );
+  /**
+   * A settle that threw where nothing should throw (a bug in a middleware, a hook or inboxed): a
+   * delivery neither acked nor requeued yet is requeued (after `requeueDelayMs`, so one that fails
+   * this way every time does not hot-loop), so it never holds a prefetch slot for ever; the
+   * report says what became of it. Never rejects.
+   */
+  const settleFailed = async (entry: Delivery, error: unknown): Promise<void> => {
+    let fate: string;
+    try {
+      const already = sent.get(entry.delivery);
+      if (already === 'acked') fate = 'it had already been acked (its outcome event may be missing)';
+      else if (already === 'requeued') fate = 'it had already been requeued';
+      else {
+        await sleep(context.requeueDelayMs);
+        try {
+          acks.requeue(entry.delivery);
+          fate = 'it was requeued';
+        } catch (refused) {
+          fate = `it could not be requeued (${describeError(refused)}): its channel is gone, so the broker redelivers it`;
+        }
+      }
+    } catch (unexpected) {
+      fate = `what became of it is unknown (${describeError(unexpected)})`;
+    }
+    try {
+      events.emit(
+        'error',
+        toAmqpError(AmqpErrorCodes.SETTLE_FAILED, `settling a delivery threw unexpectedly; ${fate}`, error, {
+          messageIds: entry.id === undefined ? [] : [entry.id],
+        }),
+      );
+    } catch {
+      // Reporting must not turn into an unhandled rejection.
+    }
+  };
+  const track = (entry: Delivery, task: Promise<void>) => context.inFlight.track(task.catch((error: unknown) => settleFailed(entry, error)));
 
   /** Runs the processor once for `entries`; each entry's settle is its own task (so in flight is counted per delivery). */
   function run(entries: readonly Buffered[]): Promise<void> {
@@ -97,7 +142,7 @@ export function createDeliveryHandler(context: DeliveryHandlerContext): Delivery
         return tracked;
       };
     });
-    const tracked = track(settled);
+    const tracked = track(entry, settled);
     return { entry, finish };
   };
 
@@ -108,7 +153,7 @@ export function createDeliveryHandler(context: DeliveryHandlerContext): Delivery
     } catch (error) {
       events.logger.error({ err: error, messageId: outcome.messageId }, `processor.observe threw: ${describeError(error)}`);
     }
-    void track(settle(entry, outcome));
+    void track(entry, settle(entry, outcome));
   };
 
   let buffer: Buffered[] = [];

@@ -23,6 +23,12 @@ export const AmqpErrorCodes = {
   COPY_UNENCODABLE: 'AMQP_COPY_UNENCODABLE',
   /** An ack or nack could not be sent (its channel closed); the broker redelivers the message, which then resolves as `duplicate`. */
   ACK_FAILED: 'AMQP_ACK_FAILED',
+  /**
+   * Settling a delivery threw where nothing should (a bug in a middleware, a hook or inboxed). A
+   * delivery not yet acked or requeued is requeued after `requeueDelayMs` (or, its channel gone,
+   * redelivered by the broker); the message says which happened.
+   */
+  SETTLE_FAILED: 'AMQP_SETTLE_FAILED',
   /** The broker cancelled the consumer (queue deleted, node failover); the consumer re-subscribes. */
   CONSUMER_CANCELLED: 'AMQP_CONSUMER_CANCELLED',
 } as const;

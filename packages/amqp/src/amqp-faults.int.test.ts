@@ -473,3 +473,91 @@ describe('RabbitMQ faults: copies too large to encode, a publish that throws, a 
     expect(await k.h.depth(k.h.deadLetterQueue)).toBe(0);
   });
 });
+
+// Defence in depth: a settle that throws where nothing should (here the test hook breaks the outcome
+// after core validated it) must neither leave the delivery unacked for ever nor misreport it.
+describe('RabbitMQ faults: a settle that throws unexpectedly', () => {
+  let k: AmqpTestKit;
+  beforeEach(async () => {
+    k = await createAmqpTestKit('amqp_settle');
+  });
+  afterEach(async () => {
+    await k.close();
+  });
+
+  /** Makes the next read of `field` of `outcome` throw (later reads, such as the test recorder's, see its value again). */
+  const breakField = (outcome: object, field: string) => {
+    const value: unknown = (outcome as Record<string, unknown>)[field];
+    Object.defineProperty(outcome, field, {
+      configurable: true,
+      enumerable: true,
+      get() {
+        Object.defineProperty(outcome, field, { value, configurable: true, enumerable: true, writable: true });
+        throw new Error(`reading ${field} boom`);
+      },
+    });
+  };
+
+  it('before its ack: the delivery is requeued (its prefetch slot freed), redelivered as a duplicate, and the error says so', async () => {
+    let broken = false;
+    const consumer = k.consume(k.processor(), {
+      prefetch: 1,
+      requeueDelayMs: 100,
+      beforeSettle: (outcome) => {
+        if (outcome.messageId !== 'bad' || broken) return;
+        broken = true;
+        breakField(outcome, 'status');
+      },
+    });
+    const errors: InboxError[] = [];
+    consumer.on('error', (e) => errors.push(e));
+    await consumer.start();
+    await k.h.publishRaw({ n: 0 }, { messageId: 'bad' });
+    for (let i = 0; i < 3; i++) await k.h.publishRaw({ n: i }, { messageId: `ok-${i}` });
+
+    // With prefetch 1, a delivery stuck unacked would stop everything behind it.
+    await k.recorder.waitFor('bad', { status: 'duplicate', timeoutMs: 15_000 });
+    for (let i = 0; i < 3; i++) await k.recorder.waitFor(`ok-${i}`, { status: 'processed' });
+    await waitFor('work queue empty, nothing unacked', async () => (await k.h.pending()) === 0, 15_000);
+    await consumer.stop();
+
+    expect(broken).toBe(true);
+    const settle = errors.filter((e) => e.code === 'AMQP_SETTLE_FAILED');
+    expect(settle).toHaveLength(1);
+    expect(settle[0]!.message).toContain('settling a delivery threw unexpectedly; it was requeued');
+    expect(settle[0]!.message).toContain('reading status boom');
+    expect(settle[0]!.messageIds).toEqual(['bad']);
+    expect(Object.fromEntries(await k.effectsPerMessage())).toEqual({ bad: 1, 'ok-0': 1, 'ok-1': 1, 'ok-2': 1 });
+    expect(await k.h.depth(k.h.deadLetterQueue)).toBe(0);
+  });
+
+  it('after its ack: not requeued again (no redelivery), and the error says it had already been acked', async () => {
+    const consumer = k.consume(k.processor(), {
+      prefetch: 1,
+      requeueDelayMs: 100,
+      beforeSettle: (outcome) => {
+        // Read only once the ack went out (the outcome event's log line reads it).
+        if (outcome.messageId === 'late') breakField(outcome, 'reason');
+      },
+    });
+    const errors: InboxError[] = [];
+    consumer.on('error', (e) => errors.push(e));
+    await consumer.start();
+    await k.h.publishRaw({ n: 0 }, { messageId: 'late' });
+    await k.h.publishRaw({ n: 1 }, { messageId: 'ok-1' });
+
+    await k.recorder.waitFor('ok-1', { status: 'processed' });
+    await waitFor('work queue empty, nothing unacked', async () => (await k.h.pending()) === 0, 15_000);
+    await sleep(500);
+    await consumer.stop();
+
+    const settle = errors.filter((e) => e.code === 'AMQP_SETTLE_FAILED');
+    expect(settle).toHaveLength(1);
+    expect(settle[0]!.message).toContain('it had already been acked');
+    expect(settle[0]!.messageIds).toEqual(['late']);
+    // Acked once, never redelivered: one processed outcome, no duplicate.
+    expect(k.recorder.outcomes.filter((o) => o.messageId === 'late').map((o) => o.status)).toEqual(['processed']);
+    expect(Object.fromEntries(await k.effectsPerMessage())).toEqual({ late: 1, 'ok-1': 1 });
+    expect(await k.h.pending()).toBe(0);
+  });
+});
