@@ -18,6 +18,13 @@ export const SqsErrorCodes = {
   HEARTBEAT_FAILED: 'SQS_HEARTBEAT_FAILED',
   /** Sending to the dead-letter queue failed; the message is not deleted and comes back after a backoff. */
   DEAD_LETTER_FAILED: 'SQS_DEAD_LETTER_FAILED',
+  /**
+   * Processing or settling received messages, or a turn of a poller, threw where nothing should (a
+   * bug in a middleware, a hook or inboxed; not an SQS failure). A message it left unsettled is not
+   * deleted: it is redelivered after a backoff, or reappears after its visibility timeout. The other
+   * messages of the receive are settled by their own outcomes; the poller goes on after a backoff.
+   */
+  SETTLE_FAILED: 'SQS_SETTLE_FAILED',
   /** The queue's attributes could not be read (wrong URL, permissions, network): `start()` rejects with it. */
   QUEUE_UNAVAILABLE: 'SQS_QUEUE_UNAVAILABLE',
   /** Neither `deadLetterQueueUrl` nor a redrive policy: dead-lettered messages are redelivered with backoff until they expire. */

@@ -1,5 +1,5 @@
 import { type Message, ReceiveMessageCommand, type SQSClient } from '@aws-sdk/client-sqs';
-import { isInboxError } from '@inboxed/core';
+import { type InboxError, isInboxError } from '@inboxed/core';
 import { backoffDelay, type ConsumerEventEmitter } from '@inboxed/core/adapter';
 import { callWithTimeout, receiveTimeoutMs } from './sqs-call.js';
 import { SqsErrorCodes, toSqsError } from './sqs-errors.js';
@@ -34,45 +34,96 @@ export const EMPTY_SHORT_POLL_PAUSE_MS = 200;
  * `receiveMaxMessages` deliveries per poller are in flight. A failed receive (a long poll with no
  * answer `RECEIVE_TIMEOUT_MARGIN_MS` past its wait included) is reported (`SQS_RECEIVE_FAILED`) and
  * retried after `receiveBackoff`; the first success after failures emits `reconnect`. An empty short
- * poll is followed by a pause of {@link EMPTY_SHORT_POLL_PAUSE_MS}.
+ * poll is followed by a pause of {@link EMPTY_SHORT_POLL_PAUSE_MS}. A receive whose processing
+ * failed, or a turn of the loop that threw where nothing should, is reported and followed by a
+ * `receiveBackoff` pause: the loop ends only on `stop()`, never while the consumer says it runs.
  */
 export async function poll(ctx: PollerContext): Promise<void> {
-  const { events, signal } = ctx;
-  let failures = 0;
-  let lastDelayMs = 0;
+  const { signal } = ctx;
+  const state: PollState = { failures: 0, lastDelayMs: 0, processingFailures: 0 };
+  let broken = 0;
   while (!signal.aborted) {
-    let messages: Message[];
     try {
-      messages = await receive(ctx);
+      await pollOnce(ctx, state);
+      broken = 0;
     } catch (error) {
       if (signal.aborted) return;
-      if (failures++ === 0) ctx.lost();
-      lastDelayMs = backoffDelay(failures, ctx.settings.receiveBackoff);
-      events.emit(
-        'error',
-        toSqsError(SqsErrorCodes.RECEIVE_FAILED, `receive from ${ctx.queueUrl} failed (attempt ${failures}, next in ${lastDelayMs} ms)`, error, {
-          details: { queueUrl: ctx.queueUrl },
-        }),
-      );
-      await abortableSleep(lastDelayMs, signal);
-      continue;
+      broken++;
+      const delayMs = backoffDelay(broken, ctx.settings.receiveBackoff);
+      report(ctx, toSqsError(SqsErrorCodes.SETTLE_FAILED, `the poller of ${ctx.queueUrl} failed unexpectedly; it goes on in ${delayMs} ms`, error));
+      await abortableSleep(delayMs, signal);
     }
-    if (failures > 0) {
-      ctx.recovered();
-      events.emit('reconnect', { attempt: failures, delayMs: lastDelayMs });
-      failures = 0;
-    }
-    if (messages.length === 0) {
-      if (ctx.settings.waitTimeSeconds === 0) await abortableSleep(EMPTY_SHORT_POLL_PAUSE_MS, signal);
-      continue;
-    }
-    try {
-      await ctx.process(messages, new Date());
-    } catch (error) {
-      // Only reading the queue's attributes can throw; the messages were not touched and reappear.
-      events.emit('error', isInboxError(error) ? error : toSqsError(SqsErrorCodes.QUEUE_UNAVAILABLE, 'processing a receive failed', error));
-      await abortableSleep(1000, signal);
-    }
+  }
+}
+
+interface PollState {
+  /** Failed receives in a row. */
+  failures: number;
+  /** The pause after the last failed receive. */
+  lastDelayMs: number;
+  /** Receives in a row whose processing failed. */
+  processingFailures: number;
+}
+
+/** One turn of the poller: a receive, then its processing, or the pause after a failure. */
+async function pollOnce(ctx: PollerContext, state: PollState): Promise<void> {
+  const { events, signal } = ctx;
+  let messages: Message[];
+  try {
+    messages = await receive(ctx);
+  } catch (error) {
+    if (signal.aborted) return;
+    if (state.failures++ === 0) ctx.lost();
+    state.lastDelayMs = backoffDelay(state.failures, ctx.settings.receiveBackoff);
+    report(
+      ctx,
+      toSqsError(SqsErrorCodes.RECEIVE_FAILED, `receive from ${ctx.queueUrl} failed (attempt ${state.failures}, next in ${state.lastDelayMs} ms)`, error, {
+        details: { queueUrl: ctx.queueUrl },
+      }),
+    );
+    await abortableSleep(state.lastDelayMs, signal);
+    return;
+  }
+  if (state.failures > 0) {
+    const attempt = state.failures;
+    state.failures = 0;
+    ctx.recovered();
+    events.emit('reconnect', { attempt, delayMs: state.lastDelayMs });
+  }
+  if (messages.length === 0) {
+    if (ctx.settings.waitTimeSeconds === 0) await abortableSleep(EMPTY_SHORT_POLL_PAUSE_MS, signal);
+    return;
+  }
+  try {
+    await ctx.process(messages, new Date());
+    state.processingFailures = 0;
+  } catch (error) {
+    // Reading the queue's attributes fails as SQS_QUEUE_UNAVAILABLE (the messages were not touched
+    // and reappear); anything else is a failure of processing or settling, not an SQS outage. The
+    // messages it left unsettled reappear after their visibility timeout.
+    state.processingFailures++;
+    const delayMs = Math.max(1000, backoffDelay(state.processingFailures, ctx.settings.receiveBackoff));
+    report(
+      ctx,
+      isInboxError(error)
+        ? error
+        : toSqsError(
+            SqsErrorCodes.SETTLE_FAILED,
+            `processing a receive of ${messages.length} message(s) failed unexpectedly (not an SQS failure); those not settled reappear after their visibility timeout`,
+            error,
+            { details: { queueUrl: ctx.queueUrl, sqsMessageIds: messages.map((m) => m.MessageId) } },
+          ),
+    );
+    await abortableSleep(delayMs, signal);
+  }
+}
+
+/** Emits an `error`; a report that throws (it should not) must not end the loop. */
+function report(ctx: PollerContext, error: InboxError): void {
+  try {
+    ctx.events.emit('error', error);
+  } catch {
+    // Nothing left to tell it to: the loop goes on.
   }
 }
 

@@ -2,7 +2,7 @@ import type { Message, SQSClient } from '@aws-sdk/client-sqs';
 import { describeError, isBatchProcessor, type AnyInboxProcessor, type InboxError, type InboxMessage, type InboxOutcome } from '@inboxed/core';
 import { type BackoffOptions, callProcessor, type ConsumerEventEmitter, type InFlight, type MessagingContext } from '@inboxed/core/adapter';
 import { SqsBatchCalls } from './sqs-batch-calls.js';
-import { SqsErrorCodes } from './sqs-errors.js';
+import { SqsErrorCodes, toSqsError } from './sqs-errors.js';
 import { VisibilityHeartbeat } from './sqs-heartbeat.js';
 import { messageGroupId, type MessageMapping, toInboxMessage } from './sqs-message.js';
 import { type QueueInfo, readQueueInfo, redriveDestination } from './sqs-queue-info.js';
@@ -138,7 +138,7 @@ export class SqsProcessing {
           const runnable = round.filter((e) => e.group === undefined || !blocked.has(e.group));
           if (runnable.length === 0) continue;
           if (options.signal?.aborted) break;
-          const outcomes = await this.runProcessor(runnable, options.signal);
+          const outcomes = await this.runProcessor(runnable, options.signal, report);
           await heartbeat.release(runnable);
           await settle(runnable, outcomes, ctx);
           finished(runnable);
@@ -156,8 +156,15 @@ export class SqsProcessing {
     }
   }
 
-  /** Runs the processor (through `callProcessor`) on the entries that mapped; adapter-decided outcomes go to its observers. */
-  private async runProcessor(entries: ReceivedEntry[], signal: AbortSignal | undefined): Promise<InboxOutcome[]> {
+  /**
+   * Runs the processor (through `callProcessor`) on the entries that mapped; adapter-decided
+   * outcomes go to its observers. An entry whose call failed (reported) has no outcome.
+   */
+  private async runProcessor(
+    entries: ReceivedEntry[],
+    signal: AbortSignal | undefined,
+    report: (error: InboxError) => void,
+  ): Promise<Array<InboxOutcome | undefined>> {
     const { processor, batchSize } = this.settings;
     const outcomes: Array<InboxOutcome | undefined> = entries.map((e) => (e.mapped.ok ? undefined : e.mapped.outcome));
     for (const outcome of outcomes) if (outcome !== undefined) this.observe(outcome);
@@ -167,13 +174,31 @@ export class SqsProcessing {
       calls.map(async (call) => {
         if (call.length === 0) return;
         const messages = call.map(({ entry }) => (entry.mapped as { message: InboxMessage }).message);
-        const results = await callProcessor(processor, messages, signal, this.events);
+        let results: readonly InboxOutcome[];
+        try {
+          results = await callProcessor(processor, messages, signal, this.events);
+        } catch (error) {
+          // callProcessor resolves to outcomes whatever the processor does; should it ever fail, these
+          // messages are left without an outcome (redelivered after a backoff), the others settle.
+          const ids = messages.map((m) => m.id);
+          report(
+            toSqsError(
+              SqsErrorCodes.SETTLE_FAILED,
+              `the processor call for ${ids.length} message(s) failed unexpectedly; they are redelivered after a backoff`,
+              error,
+              {
+                messageIds: ids,
+              },
+            ),
+          );
+          return;
+        }
         call.forEach(({ i }, k) => {
           outcomes[i] = results[k];
         });
       }),
     );
-    return outcomes as InboxOutcome[];
+    return outcomes;
   }
 
   /** Hands an outcome the adapter decided itself to the processor's observers (the outcome recorder, metrics). */

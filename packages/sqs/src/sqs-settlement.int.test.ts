@@ -1,11 +1,20 @@
-import type { DeleteMessageBatchCommandInput, DeleteMessageBatchCommandOutput, SQSClient } from '@aws-sdk/client-sqs';
-import { InboxErrorCodes, type InboxMessage, PermanentError } from '@inboxed/core';
-import { sleep } from '@inboxed/core/adapter';
+import {
+  DeleteMessageBatchCommand,
+  type DeleteMessageBatchCommandInput,
+  type DeleteMessageBatchCommandOutput,
+  GetQueueAttributesCommand,
+  type Message,
+  ReceiveMessageCommand,
+  type SQSClient,
+} from '@aws-sdk/client-sqs';
+import { type InboxError, InboxErrorCodes, type InboxMessage, PermanentError } from '@inboxed/core';
+import { ConsumerEventEmitter, sleep } from '@inboxed/core/adapter';
 import { createOutcomeRecorder } from '@inboxed/core/testing';
 import { waitFor } from '@inboxed/test-support';
 import { describe, expect, it } from 'vitest';
 import { deadLettersOf, sqsClient, sqsTestContext } from '../test/sqs-test-kit.js';
-import { SqsErrorCodes } from './index.js';
+import { createSqsHandler, SqsErrorCodes } from './index.js';
+import { EMPTY_SHORT_POLL_PAUSE_MS, poll } from './sqs-poller.js';
 
 /**
  * fauxqs (like SQS for stale handles on standard queues) never reports failed entries in a
@@ -211,5 +220,150 @@ describe('settling messages on a real SQS API: deletes, dead-letters, redrive, s
     await recorder.waitFor('slow-stop', { status: 'processed' });
     await waitFor('queue empty', async () => (await h.pending()) === 0);
     expect(await ctx.t.countEffects('slow-stop')).toBe(1);
+  });
+});
+
+/** Visible and in-flight (not visible) messages of a queue, from SQS. */
+async function visibility(client: SQSClient, queueUrl: string): Promise<{ visible: number; inFlight: number }> {
+  const { Attributes = {} } = await client.send(
+    new GetQueueAttributesCommand({ QueueUrl: queueUrl, AttributeNames: ['ApproximateNumberOfMessages', 'ApproximateNumberOfMessagesNotVisible'] }),
+  );
+  return { visible: Number(Attributes.ApproximateNumberOfMessages), inFlight: Number(Attributes.ApproximateNumberOfMessagesNotVisible) };
+}
+
+/** Receives until `count` messages arrived (each kept invisible for `VisibilityTimeout` of the queue). */
+async function receiveAll(client: SQSClient, queueUrl: string, count: number, timeoutMs = 10_000): Promise<Message[]> {
+  const received: Message[] = [];
+  const deadline = Date.now() + timeoutMs;
+  while (received.length < count && Date.now() < deadline) {
+    const { Messages = [] } = await client.send(
+      new ReceiveMessageCommand({
+        QueueUrl: queueUrl,
+        MaxNumberOfMessages: 10,
+        WaitTimeSeconds: 1,
+        MessageAttributeNames: ['All'],
+        MessageSystemAttributeNames: ['All'],
+      }),
+    );
+    received.push(...Messages);
+  }
+  return received;
+}
+
+/** Makes the next read of `field` of `outcome` throw (later reads see its value again). */
+function breakNextRead(outcome: object, field: string): void {
+  const value: unknown = (outcome as Record<string, unknown>)[field];
+  Object.defineProperty(outcome, field, {
+    configurable: true,
+    enumerable: true,
+    get() {
+      Object.defineProperty(outcome, field, { value, configurable: true, enumerable: true, writable: true });
+      throw new Error(`reading ${field} boom`);
+    },
+  });
+}
+
+// Defence in depth: adapter code that throws where nothing should (here the test hook breaks an
+// outcome after core validated it) is reported for what it is and costs only its own message.
+describe('settling on a real SQS API when settling throws unexpectedly', () => {
+  const ctx = sqsTestContext();
+
+  it('one message whose settling throws: the others of the same receive are deleted; it is redelivered after a backoff, then a duplicate', async () => {
+    const h = await ctx.queues({ attributes: { VisibilityTimeout: '30' } });
+    for (const id of ['bad', 'ok-1', 'ok-2', 'ok-3']) await h.send({ id }, { id });
+    const received = await receiveAll(h.client, h.queueUrl, 4);
+    expect(received).toHaveLength(4);
+    let broken = 0;
+    const handler = createSqsHandler({
+      client: h.client,
+      queueUrl: h.queueUrl,
+      deadLetterQueueUrl: h.deadLetterQueueUrl,
+      handler: ctx.inbox(),
+      visibilityTimeoutSeconds: 30,
+      redeliveryBackoff: { baseDelayMs: 1000, jitter: 'none' },
+      beforeSettle: (outcome) => {
+        if (outcome.messageId !== 'bad' || broken > 0) return;
+        broken++;
+        breakNextRead(outcome, 'status');
+      },
+    });
+    handler.on('error', () => {}); // collected in `errors`
+    const { results, errors } = await handler.handle(received);
+
+    expect(broken).toBe(1);
+    const byId = Object.fromEntries(results.map((r) => [r.messageId, r.settlement]));
+    expect(byId).toEqual({ bad: 'failed', 'ok-1': 'deleted', 'ok-2': 'deleted', 'ok-3': 'deleted' });
+    expect(errors.map((e: InboxError) => [e.code, e.messageIds])).toEqual([[SqsErrorCodes.SETTLE_FAILED, ['bad']]]);
+    expect(errors[0]!.message).toContain('settling message bad threw unexpectedly (not an SQS failure)');
+    expect(errors[0]!.message).toContain('reading status boom');
+    // Only 'bad' is left, in flight for its backoff (1 s), not for the queue's 30 s.
+    expect(await visibility(h.client, h.queueUrl)).toEqual({ visible: 0, inFlight: 1 });
+    expect(results.find((r) => r.messageId === 'bad')!.visibilityTimeoutSeconds).toBe(1);
+    const again = await receiveAll(h.client, h.queueUrl, 1, 5000);
+    expect(again.map((m) => m.MessageAttributes!['message-id']!.StringValue)).toEqual(['bad']);
+
+    const second = await handler.handle(again);
+    expect(second.results.map((r) => [r.messageId, r.outcome?.status, r.settlement])).toEqual([['bad', 'duplicate', 'deleted']]);
+    expect(second.errors).toEqual([]);
+    expect(await h.pending()).toBe(0);
+    for (const id of ['bad', 'ok-1', 'ok-2', 'ok-3']) expect(await ctx.t.countEffects(id)).toBe(1);
+    expect(await h.deadLetterMessages()).toEqual([]);
+  });
+
+  it('the poller loop survives a turn that throws where nothing should: reported (not as an SQS outage), it goes on and settles', async () => {
+    const h = await ctx.queues({ attributes: { VisibilityTimeout: '30' } });
+    await h.send({ n: 1 }, { id: 'after' });
+    const events = new ConsumerEventEmitter();
+    const errors: InboxError[] = [];
+    events.on('error', (e) => errors.push(e));
+    // The first receive fails; the callback told of it throws (it never should), which used to end the loop.
+    const client = sqsClient(h.endpoint);
+    let receives = 0;
+    client.middlewareStack.add(
+      (next, context) => async (args) => {
+        if (context.commandName === 'ReceiveMessageCommand' && receives++ === 0) throw Object.assign(new Error('injected receive failure'), { $metadata: {} });
+        return next(args);
+      },
+      { step: 'initialize', name: 'failFirstReceive' },
+    );
+    const polling = new AbortController();
+    const processed: string[] = [];
+    let loop: 'running' | 'ended' | 'rejected' = 'running';
+    const poller = poll({
+      client,
+      queueUrl: h.queueUrl,
+      settings: { stopTimeoutMs: 1000, receiveMaxMessages: 10, concurrency: 1, waitTimeSeconds: 0, receiveBackoff: { baseDelayMs: 100, maxDelayMs: 400 } },
+      visibilityTimeoutSeconds: undefined,
+      events,
+      signal: polling.signal,
+      process: async (messages) => {
+        processed.push(...messages.map((m) => m.MessageAttributes!['message-id']!.StringValue!));
+        await client.send(
+          new DeleteMessageBatchCommand({ QueueUrl: h.queueUrl, Entries: messages.map((m, i) => ({ Id: `m${i}`, ReceiptHandle: m.ReceiptHandle })) }),
+        );
+      },
+      lost() {
+        throw new Error('lost boom');
+      },
+      recovered() {},
+    }).then(
+      () => (loop = 'ended'),
+      () => (loop = 'rejected'),
+    );
+    try {
+      await waitFor('the message processed after the failed turn', () => processed.length === 1, 10_000);
+      await waitFor('queue empty', async () => (await h.pending()) === 0);
+      await sleep(3 * EMPTY_SHORT_POLL_PAUSE_MS);
+      expect(loop).toBe('running');
+      expect(processed).toEqual(['after']);
+      expect(errors.map((e) => e.code)).toEqual([SqsErrorCodes.SETTLE_FAILED]);
+      expect(errors[0]!.message).toContain('failed unexpectedly; it goes on in');
+      expect(errors[0]!.message).toContain('lost boom');
+    } finally {
+      polling.abort();
+      await poller;
+      client.destroy();
+    }
+    expect(loop).toBe('ended');
   });
 });

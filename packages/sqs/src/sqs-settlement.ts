@@ -1,7 +1,7 @@
 import type { Message, SQSClient } from '@aws-sdk/client-sqs';
 import { type AnyInboxProcessor, describeError, type InboxError, type InboxOutcome } from '@inboxed/core';
 import { actionFor, type BackoffOptions, type ConsumerEventEmitter, recordDeadLetterOf } from '@inboxed/core/adapter';
-import { SqsErrorCodes } from './sqs-errors.js';
+import { SqsErrorCodes, toSqsError } from './sqs-errors.js';
 import type { SqsBatchCalls, SqsEntry } from './sqs-batch-calls.js';
 import { sendToDeadLetter } from './sqs-dead-letter.js';
 import { type MappedSqsMessage, receiveCount } from './sqs-message.js';
@@ -81,51 +81,83 @@ interface Planned {
  * are sent to the DLQ and deleted only once the copy was stored (or, without a DLQ URL, left to the
  * redrive policy after a backoff). An outcome event is emitted only once its SQS call succeeded.
  */
-export async function settle(entries: readonly ReceivedEntry[], outcomes: readonly InboxOutcome[], ctx: SettlementContext): Promise<void> {
-  if (ctx.beforeSettle !== undefined) await runBeforeSettle(outcomes, ctx);
+export async function settle(entries: readonly ReceivedEntry[], outcomes: readonly (InboxOutcome | undefined)[], ctx: SettlementContext): Promise<void> {
+  if (ctx.beforeSettle !== undefined)
+    await runBeforeSettle(
+      outcomes.filter((o) => o !== undefined),
+      ctx,
+    );
   const toDelete: Planned[] = [];
-  const toDelay: Array<Planned & { seconds: number }> = [];
+  // An undefined outcome: the entry could not be settled by one, and is redelivered after a backoff.
+  const toDelay: Array<Omit<Planned, 'outcome'> & { outcome: InboxOutcome | undefined; seconds: number }> = [];
   const redelay = (entry: ReceivedEntry, outcome: InboxOutcome | undefined) =>
     capVisibility(retryVisibilitySeconds(outcome, receiveCount(entry.message), ctx.redeliveryBackoff), ctx.receivedAt);
 
-  await Promise.all(
-    entries.map(async (entry, i) => {
-      const outcome = outcomes[i]!;
-      entry.result = { message: entry.message, messageId: entry.id, outcome, settlement: 'failed' };
-      switch (actionFor(outcome.status)) {
-        case 'ack':
-          toDelete.push({ entry, outcome, settlement: 'deleted' });
+  /**
+   * Plans one entry by its outcome. One without an outcome (its processor call failed; reported
+   * then), or whose planning throws where nothing should (a bug in a middleware, a hook or
+   * inboxed; reported here), is redelivered after a backoff like a failed dead-letter. Either way
+   * the other entries of the receive are still settled by their own outcomes.
+   */
+  const plan = async (entry: ReceivedEntry, outcome: InboxOutcome | undefined): Promise<void> => {
+    entry.result = { message: entry.message, messageId: entry.id, outcome, settlement: 'failed' };
+    if (outcome === undefined) {
+      toDelay.push({ entry, outcome: undefined, settlement: 'failed', seconds: redelay(entry, undefined) });
+      return;
+    }
+    try {
+      await planOutcome(entry, outcome);
+    } catch (error) {
+      const seconds = redelay(entry, undefined);
+      ctx.report(
+        toSqsError(
+          SqsErrorCodes.SETTLE_FAILED,
+          `settling message ${entry.messageId} threw unexpectedly (not an SQS failure); it is not deleted and is redelivered in ${seconds} s`,
+          error,
+          { messageIds: [entry.messageId] },
+        ),
+      );
+      toDelay.push({ entry, outcome: undefined, settlement: 'failed', seconds });
+    }
+  };
+  const planOutcome = async (entry: ReceivedEntry, outcome: InboxOutcome): Promise<void> => {
+    switch (actionFor(outcome.status)) {
+      case 'ack':
+        toDelete.push({ entry, outcome, settlement: 'deleted' });
+        return;
+      case 'retry': // `retry`, and `busy` (its visibility is its own retryAfterMs; see retryVisibilitySeconds)
+        toDelay.push({ entry, outcome, settlement: 'retry-scheduled', seconds: redelay(entry, outcome) });
+        return;
+      case 'dead-letter': {
+        const dlq = ctx.deadLetterQueueUrl;
+        const notRecorded = await recordDeadLetterOf(ctx.processor, outcome, { destination: dlq ?? ctx.redriveDestination, source: `sqs:${ctx.queueUrl}` });
+        if (notRecorded !== undefined) {
+          ctx.report(notRecorded);
+          toDelay.push({ entry, outcome, settlement: 'failed', seconds: redelay(entry, undefined) });
           return;
-        case 'retry': // `retry`, and `busy` (its visibility is its own retryAfterMs; see retryVisibilitySeconds)
-          toDelay.push({ entry, outcome, settlement: 'retry-scheduled', seconds: redelay(entry, outcome) });
-          return;
-        case 'dead-letter': {
-          const dlq = ctx.deadLetterQueueUrl;
-          const notRecorded = await recordDeadLetterOf(ctx.processor, outcome, { destination: dlq ?? ctx.redriveDestination, source: `sqs:${ctx.queueUrl}` });
-          if (notRecorded !== undefined) {
-            ctx.report(notRecorded);
-            toDelay.push({ entry, outcome, settlement: 'failed', seconds: redelay(entry, undefined) });
-            return;
-          }
-          if (dlq === undefined) {
-            toDelay.push({ entry, outcome, settlement: 'left-for-redrive', destination: ctx.redriveDestination, seconds: redelay(entry, undefined) });
-            return;
-          }
-          const failed = await sendToDeadLetter(ctx.client, dlq, entry, outcome, {
-            queueUrl: ctx.queueUrl,
-            messageIdAttribute: ctx.messageIdAttribute,
-            messageId: entry.id,
-          });
-          if (failed === undefined) {
-            toDelete.push({ entry, outcome, settlement: 'dead-lettered', destination: dlq });
-          } else {
-            ctx.report(failed);
-            toDelay.push({ entry, outcome, settlement: 'failed', seconds: redelay(entry, undefined) });
-          }
         }
+        if (dlq === undefined) {
+          toDelay.push({ entry, outcome, settlement: 'left-for-redrive', destination: ctx.redriveDestination, seconds: redelay(entry, undefined) });
+          return;
+        }
+        const failed = await sendToDeadLetter(ctx.client, dlq, entry, outcome, {
+          queueUrl: ctx.queueUrl,
+          messageIdAttribute: ctx.messageIdAttribute,
+          messageId: entry.id,
+        });
+        if (failed === undefined) {
+          toDelete.push({ entry, outcome, settlement: 'dead-lettered', destination: dlq });
+        } else {
+          ctx.report(failed);
+          toDelay.push({ entry, outcome, settlement: 'failed', seconds: redelay(entry, undefined) });
+        }
+        return;
       }
-    }),
-  );
+      default:
+        throw new Error(`no settlement for the outcome status ${JSON.stringify(outcome.status)}`);
+    }
+  };
+  await Promise.all(entries.map((entry, i) => plan(entry, outcomes[i])));
 
   const [notDeleted, notDelayed] = await Promise.all([
     ctx.calls.delete(toDelete.map((d) => d.entry)),
@@ -142,7 +174,7 @@ export async function settle(entries: readonly ReceivedEntry[], outcomes: readon
     entry.final = true;
     const deleted = !failedDelete.has(entry.message);
     entry.result = { ...entry.result!, settlement: deleted ? settlement : 'failed', ...(destination === undefined ? {} : { destination }) };
-    if (deleted) ctx.events.emitOutcome(outcome, ctx.receivedAt, destination);
+    if (deleted) emitOutcome(ctx, entry, outcome, destination);
   }
   for (const { entry, outcome, settlement, destination, seconds } of toDelay) {
     const delayed = !failedDelay.has(entry.message);
@@ -153,7 +185,25 @@ export async function settle(entries: readonly ReceivedEntry[], outcomes: readon
       ...(destination === undefined ? {} : { destination }),
     };
     // A dead-letter whose send failed was reported as an error and comes back: no outcome event.
-    if (delayed && settlement !== 'failed') ctx.events.emitOutcome(outcome, ctx.receivedAt, destination);
+    if (delayed && settlement !== 'failed' && outcome !== undefined) emitOutcome(ctx, entry, outcome, destination);
+  }
+}
+
+/** The outcome event of a settled entry; a throw there (where nothing should throw) is reported, and the other entries still get theirs. */
+function emitOutcome(ctx: SettlementContext, entry: ReceivedEntry, outcome: InboxOutcome, destination: string | undefined): void {
+  try {
+    ctx.events.emitOutcome(outcome, ctx.receivedAt, destination);
+  } catch (error) {
+    ctx.report(
+      toSqsError(
+        SqsErrorCodes.SETTLE_FAILED,
+        `emitting the outcome event of message ${entry.messageId} threw unexpectedly; it was settled (${entry.result?.settlement})`,
+        error,
+        {
+          messageIds: [entry.messageId],
+        },
+      ),
+    );
   }
 }
 
