@@ -1,6 +1,6 @@
-import type { AnyInboxProcessor, InboxMessage, InboxOutcome } from '@inboxed/core';
+import { type AnyInboxProcessor, describeError, type InboxMessage, type InboxOutcome } from '@inboxed/core';
 import { callProcessor, type ConsumerEventEmitter, type InFlight } from '@inboxed/core/adapter';
-import { groupRefusal } from './kafka-errors.js';
+import { groupRefusal, KafkaErrorCodes, kafkaError } from './kafka-errors.js';
 import { GroupMembership, type GroupListeners } from './kafka-group.js';
 import { PartitionHolds } from './kafka-holds.js';
 import { sourceOf, toInboxMessage } from './kafka-message.js';
@@ -120,17 +120,50 @@ class BatchRunner {
     for (let from = admitted.start; from < messages.length; from += step) {
       if (!this.live(generation, fetched)) return;
       const records = messages.slice(from, from + step);
+      const at = { topic, partition, generation, resolveOffset: fetched.resolveOffset, isRunning: fetched.isRunning };
       const settled = (async () => {
         const outcomes = await this.outcomesOf(topic, partition, records, receivedAt);
         const chunk = records.map((record, i) => ({ record, receivedAt, outcome: outcomes[i]! }));
-        return this.settlement.settle({ topic, partition, generation, resolveOffset: fetched.resolveOffset, isRunning: fetched.isRunning }, chunk);
-      })();
+        return this.settlement.settle(at, chunk);
+      })().catch((error: unknown) => this.unexpected(at, records, error));
       // Each record counts as in flight (for status() and stop()) until its call settled: one task for the chunk, counted per record.
       this.deps.inFlight.track(settled.then(noop, noop), records.length);
       if (!(await settled)) return;
       this.holds.release(topic, partition, admitted.hold);
       if (from + step < messages.length) await this.heartbeat(fetched);
     }
+  }
+
+  /**
+   * Processing or settling a chunk threw where nothing should (a bug in a middleware, a hook or
+   * inboxed): like a dead-letter that failed to send, the partition is held at the chunk's first
+   * record (whatever of it was already done comes back as a duplicate) and runs again after
+   * `retryBackoff`, reported; a throw there would make kafkajs crash and restart the consumer, again
+   * and again. The group's refusal of a commit is rethrown, as ever, so kafkajs rejoins.
+   */
+  private unexpected(at: { topic: string; partition: number; generation: number }, records: KafkaRecord[], error: unknown): false {
+    if (this.group.fenced !== undefined || groupRefusal(error) !== undefined) throw error;
+    if (!this.settlement.current(at)) return false; // its generation is over: the records run again after the rejoin
+    const offset = records[0]!.offset;
+    try {
+      this.holds.hold(at.topic, at.partition, BigInt(offset), undefined);
+    } catch {
+      throw error; // cannot hold it: kafkajs restarts from the committed offset instead
+    }
+    try {
+      this.deps.events.emit(
+        'error',
+        kafkaError(
+          KafkaErrorCodes.KAFKA_SETTLE_FAILED,
+          `processing or settling ${records.length} record(s) of ${at.topic}/${at.partition} from offset ${offset} threw unexpectedly; the partition is held there and they run again after a backoff (as duplicates where already done)`,
+          error,
+          { messageIds: [], details: { topic: at.topic, partition: at.partition, offset } },
+        ),
+      );
+    } catch {
+      // Reporting must not undo the hold by crashing the consumer.
+    }
+    return false;
   }
 
   /** True while the batch may go on: taking records, same generation, not fenced, kafkajs running and the partition not seeked. */
@@ -157,7 +190,7 @@ class BatchRunner {
         positions.push(i);
       } else {
         outcomes[i] = mapped.outcome;
-        processor.observe?.(mapped.outcome);
+        this.observe(mapped.outcome);
       }
     }
     if (messages.length > 0) {
@@ -165,6 +198,17 @@ class BatchRunner {
       for (let j = 0; j < results.length; j++) outcomes[positions[j]!] = results[j]!;
     }
     return outcomes;
+  }
+
+  /** Hands an outcome the adapter decided itself to the processor's observers (the outcome recorder, metrics); one that throws is logged. */
+  private observe(outcome: InboxOutcome): void {
+    const { processor, events } = this.deps;
+    if (typeof processor.observe !== 'function') return;
+    try {
+      processor.observe(outcome);
+    } catch (error) {
+      events.logger.error({ err: error, messageId: outcome.messageId }, `processor.observe threw: ${describeError(error)}`);
+    }
   }
 
   /** Heartbeats between chunks; a refusal fences the member, and any failure ends the batch (kafkajs handles it). */

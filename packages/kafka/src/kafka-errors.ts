@@ -15,6 +15,12 @@ export const KafkaErrorCodes = {
   KAFKA_COMMIT_FAILED: 'KAFKA_COMMIT_FAILED',
   /** Producing a dead-letter record failed; the partition is held and the record retried, nothing is committed past it. */
   KAFKA_DEAD_LETTER_FAILED: 'KAFKA_DEAD_LETTER_FAILED',
+  /**
+   * Processing or settling records threw where nothing should (a bug in a middleware, a hook or
+   * inboxed): the partition is held at the first record concerned and retried after `retryBackoff`,
+   * nothing is committed past it (what was already done comes back as a `duplicate`).
+   */
+  KAFKA_SETTLE_FAILED: 'KAFKA_SETTLE_FAILED',
   /** The kafkajs consumer crashed; `details.restart` says whether kafkajs restarts it (otherwise `restartOnCrash` does). */
   KAFKA_CONSUMER_CRASHED: 'KAFKA_CONSUMER_CRASHED',
   /** Connecting, subscribing or starting the consumer or the dead-letter producer failed. */

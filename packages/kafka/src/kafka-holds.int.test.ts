@@ -3,7 +3,7 @@ import { createOutcomeRecorder } from '@inboxed/core/testing';
 import { waitFor } from '@inboxed/test-support';
 import { describe, expect, it } from 'vitest';
 import { useKafkaTestKit } from '../test/kafka-test-kit.js';
-import type { KafkaLike } from './index.js';
+import { KafkaErrorCodes, type KafkaLike } from './index.js';
 
 // Kafka redelivers by holding a partition at the failing record (pause, seek back, resume after
 // the backoff): per-partition order under failure, and dead-letter topics with Kafka's own headers.
@@ -206,5 +206,75 @@ describe('retry holds and dead-letter topics', () => {
       'trace-id': 'abc',
     });
     expect(record!.headerText['x-inboxed-error']).toContain('card number rejected by the ledger');
+  });
+});
+
+// Defence in depth: adapter code that throws where nothing should (here the test hook, or a
+// processor's own `observe`) holds its partition at the record, reported; the consumer never crashes.
+describe('a settle path that throws unexpectedly', () => {
+  const k = useKafkaTestKit({ partitions: 1 });
+  const processor = () =>
+    withInbox(
+      async (message: InboxMessage, tx: any) => {
+        if (message.id.startsWith('perm')) throw new PermanentError('permanent');
+        await tx.insert(k.t.effects).values({ messageId: message.id });
+      },
+      { db: k.t.db, consumer: 'billing', tables: { schema: k.t.schema }, backoff: { baseDelayMs: 20, maxDelayMs: 100 } },
+    );
+
+  it('settling throws three times at a record: the partition is held there (nothing committed past it), reported, then goes on; no crash', async () => {
+    await k.h.produce(['bad', 'ok-1', 'ok-2'].map((id) => ({ id, value: { id } })));
+    const recorder = createOutcomeRecorder();
+    let throws = 0;
+    const committedWhileFailing: number[] = [];
+    const consumer = await k.start(recorder.wrap(processor()), {
+      beforeSettle: async (outcome) => {
+        if (outcome.messageId !== 'bad' || throws >= 3) return;
+        throws++;
+        committedWhileFailing.push((await k.h.committed())[0] ?? -1);
+        throw new Error(`settle boom ${throws}`);
+      },
+    });
+    const errors: { code: string; message: string }[] = [];
+    const states: string[] = [];
+    consumer.on('error', (e) => {
+      errors.push({ code: String(e.code), message: e.message });
+      states.push(consumer.status().state);
+    });
+
+    await recorder.waitFor('ok-2', { status: 'processed', timeoutMs: 30_000 });
+    await waitFor('offset 3 committed', async () => (await k.h.committed())[0] === 3, 15_000);
+    expect(throws).toBe(3);
+    expect(committedWhileFailing.every((offset) => offset <= 0)).toBe(true);
+    expect(errors.map((e) => e.code)).toEqual([KafkaErrorCodes.KAFKA_SETTLE_FAILED, KafkaErrorCodes.KAFKA_SETTLE_FAILED, KafkaErrorCodes.KAFKA_SETTLE_FAILED]);
+    expect(errors[0]!.message).toContain('from offset 0 threw unexpectedly; the partition is held there');
+    expect(errors[0]!.message).toContain('settle boom 1');
+    expect(states.every((state) => state === 'running')).toBe(true);
+    // 'bad' ran again each time (a duplicate after the first commit of its effect); the records behind it waited.
+    const statuses = recorder.outcomes.map((o) => `${o.messageId}:${o.status}`);
+    expect(statuses).toEqual(['bad:processed', 'bad:duplicate', 'bad:duplicate', 'bad:duplicate', 'ok-1:processed', 'ok-2:processed']);
+    expect(await k.applied()).toEqual(['bad', 'ok-1', 'ok-2']);
+    expect(await k.h.pending()).toBe(0);
+    expect(consumer.status()).toMatchObject({ state: 'running', consuming: true });
+  });
+
+  it('a processor whose observe throws, on a record the adapter decides itself (no id): dead-lettered and committed, the partition flows, no crash', async () => {
+    const hostile = processor();
+    hostile.observe = () => {
+      throw new Error('observe boom');
+    };
+    await k.h.produce([{ value: { n: 0 } }, { id: 'ok-1', value: { n: 1 } }]);
+    const errors: string[] = [];
+    const consumer = await k.start(hostile);
+    consumer.on('error', (e) => errors.push(String(e.code)));
+
+    await waitFor('offset 2 committed', async () => (await k.h.committed())[0] === 2, 20_000);
+    const dead = await k.h.deadLetterRecords();
+    expect(dead).toHaveLength(1);
+    expect(dead[0]!.headerText['x-inboxed-reason']).toBe('missing-message-id');
+    expect(await k.applied()).toEqual(['ok-1']);
+    expect(await k.h.pending()).toBe(0);
+    expect(errors).toEqual([]);
+    expect(consumer.status()).toMatchObject({ state: 'running', consuming: true });
   });
 });
