@@ -1,4 +1,5 @@
-import { InboxError, InboxErrorCodes } from './errors.js';
+import { describeError } from './error-text.js';
+import { InboxError, InboxErrorCodes, isInboxError } from './errors.js';
 import { checkInboxTables } from './check-tables.js';
 import { recordDeadLetter as recordDeadLetterRow } from './dead-letters.js';
 import { internalFailure, outcomeOfFailure } from './failure.js';
@@ -61,14 +62,47 @@ interface Committed {
 /**
  * How long a claim waits on a concurrent copy once one wait in this batch has already timed out.
  * The split halves that hold no busy id never wait; the ones that do should not wait the full
- * `lockTimeoutMs` again at every level of the split.
+ * `lockTimeoutMs` again at every level of the split, since the copy holding the id already had it.
+ * Short, because every busy id costs a wait at each level (about log2 of the batch size): at 100 ms,
+ * 20 busy ids in a batch of 1,000 used up the split's budget and sent 705 innocent messages round again.
  */
-const SPLIT_LOCK_WAIT_MS = 100;
+const SPLIT_LOCK_WAIT_MS = 10;
 
-function rejectionOf(rejections: unknown, messageId: string): Rejection | undefined {
-  if (rejections === undefined || rejections === null || typeof rejections !== 'object') return undefined;
-  const value: unknown = rejections instanceof Map ? rejections.get(messageId) : (rejections as Record<string, unknown>)[messageId];
-  return isRejection(value) ? value : undefined;
+/** The split's budget after a busy claim when `lockTimeoutMs` is `null` (the session's own lock_timeout timed out). */
+const SPLIT_BUDGET_WITHOUT_LOCK_TIMEOUT_MS = 1000;
+
+/**
+ * What a batch handler returned, checked once: nothing, or a Map or plain record from ids of the
+ * messages it was handed to `reject()` values. Anything else is a handler bug that would otherwise
+ * be read silently as "all processed" (an array of rejections, a single `reject()`, a typo in an
+ * id), so it fails the attempt, counted, with `INVALID_RESULT` saying what was wrong.
+ */
+function rejectionsOf(returned: unknown, ids: ReadonlySet<string>): Map<string, Rejection> {
+  const invalid = (problem: string) =>
+    new InboxError(
+      InboxErrorCodes.INVALID_RESULT,
+      `the batch handler returned ${problem}; return nothing, or a Map (or record) of message id to reject(reason)`,
+    );
+  if (returned === undefined || returned === null) return new Map();
+  let entries: [unknown, unknown][];
+  try {
+    if (returned instanceof Map) entries = [...Map.prototype.entries.call(returned)];
+    else if (isRejection(returned)) throw invalid('a single reject(); key it by message id');
+    else if (Array.isArray(returned)) throw invalid('an array');
+    else if (typeof returned === 'object' && [Object.prototype, null].includes(Object.getPrototypeOf(returned))) entries = Object.entries(returned);
+    else throw invalid(`a ${typeof returned === 'object' ? 'non-plain object' : typeof returned}`);
+  } catch (error) {
+    if (isInboxError(error)) throw error;
+    throw invalid(`a value that cannot be read (${describeError(error)})`);
+  }
+  const rejections = new Map<string, Rejection>();
+  for (const [id, value] of entries) {
+    if (typeof id !== 'string' || !ids.has(id))
+      throw invalid(`a rejection for ${JSON.stringify(String(id)).slice(0, 120)}, not the id of a message it was handed`);
+    if (!isRejection(value)) throw invalid(`a value for ${JSON.stringify(id).slice(0, 120)} that reject() did not make`);
+    rejections.set(id, value);
+  }
+  return rejections;
 }
 
 /**
@@ -159,11 +193,12 @@ export function withInboxBatch<TDb extends AnyPgDatabase, TPayload = unknown>(
             abandon,
             consumer,
           );
+          const rejectedIds = rejectionsOf(rejections, new Set(fresh.map((slot) => slot.prepared.message.id)));
           for (const {
             index,
             prepared: { message, fingerprint },
           } of fresh) {
-            const rejection = rejectionOf(rejections, message.id);
+            const rejection = rejectedIds.get(message.id);
             const attempt = message.attempt ?? 1;
             if (rejection === undefined) {
               committed.rows.set(message.id, { fingerprint, status: 'processed', reason: null });
@@ -200,7 +235,7 @@ export function withInboxBatch<TDb extends AnyPgDatabase, TPayload = unknown>(
     }
     const { failure } = result;
     if (failure.kind === 'busy' && wait.busyUntil === undefined) {
-      wait.busyUntil = Date.now() + (resolved.lockTimeoutMs ?? SPLIT_LOCK_WAIT_MS);
+      wait.busyUntil = Date.now() + (resolved.lockTimeoutMs ?? SPLIT_BUDGET_WITHOUT_LOCK_TIMEOUT_MS);
       if (wait.lockTimeoutMs !== null) wait.lockTimeoutMs = Math.min(wait.lockTimeoutMs, SPLIT_LOCK_WAIT_MS);
     }
     const split = isCounted(failure) || (failure.kind === 'busy' && Date.now() < wait.busyUntil!);
