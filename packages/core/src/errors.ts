@@ -36,6 +36,8 @@ export const InboxErrorCodes = {
   PERMANENT_FAILURE: 'PERMANENT_FAILURE',
   /** The message failed `maxAttempts` times. */
   MAX_ATTEMPTS_EXCEEDED: 'MAX_ATTEMPTS_EXCEEDED',
+  /** Stored as an attempt's last error code while a redelivered message's attempt runs: one that stays there never finished (the process died). */
+  ATTEMPT_UNFINISHED: 'ATTEMPT_UNFINISHED',
   /** The database could not be reached, dropped the connection, or timed out. */
   DATABASE_UNAVAILABLE: 'DATABASE_UNAVAILABLE',
   /** A concurrent copy of the same message held the inbox row longer than `lockTimeoutMs`. */

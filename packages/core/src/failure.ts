@@ -5,7 +5,7 @@ import { InboxError, InboxErrorCodes, isInboxError, isPermanentError, type Inbox
 import type { AttemptRecord, InboxStore } from './inbox-store.js';
 import { displayMessageId } from './message-id.js';
 import type { ResolvedOptions } from './options.js';
-import { describeFailure, type TransactionFailure } from './transaction-failures.js';
+import { describeFailure, isCounted, type TransactionFailure } from './transaction-failures.js';
 import { OutcomeReasons, type AnyPgDatabase, type InboxMessage, type InboxOutcome } from './types.js';
 
 /** @internal `retry` for failures that are not the message's fault: never counted, never dead-lettered. */
@@ -71,7 +71,11 @@ export async function outcomeOfFailure(
   store: InboxStore,
   message: InboxMessage,
   failure: TransactionFailure,
+  countedAhead = false,
 ): Promise<InboxOutcome> {
+  // An attempt counted before it ran (a redelivery, see unfinished-attempts.ts) that failed for a
+  // reason that is not the message's is taken back; one the handler failed keeps that count.
+  if (countedAhead && !isCounted(failure)) await store.uncountAttempt(options.db, message.id);
   const retry = (code: InboxErrorCode, reason: string, text: string) => infrastructureRetry(options, message, code, reason, text, failure.error);
   switch (failure.kind) {
     case 'outage':
@@ -105,7 +109,7 @@ export async function outcomeOfFailure(
   let record: AttemptRecord | undefined;
   let notRecorded: unknown;
   try {
-    record = await store.recordFailure(options.db, message.id, { message: stored, code: String(code) });
+    record = await store.recordFailure(options.db, message.id, { message: stored, code: String(code) }, countedAhead);
   } catch (recordError) {
     const kind = classifyDatabaseError(recordError);
     if (!permanent && (kind === 'unavailable' || kind === 'schema-missing')) {

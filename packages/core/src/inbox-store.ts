@@ -1,5 +1,6 @@
 import { sql, type SQL } from 'drizzle-orm';
 import { getTableConfig } from 'drizzle-orm/pg-core';
+import { InboxErrorCodes } from './errors.js';
 import { describeError, storableText } from './error-text.js';
 import { qualifiedName } from './qualified-name.js';
 import { rowsOf } from './query-rows.js';
@@ -72,6 +73,10 @@ export class InboxStatementError extends Error {
     this.name = 'InboxStatementError';
   }
 }
+
+/** The error an attempt counted before it ran carries until it ends otherwise (see `startAttempt`). */
+const UNFINISHED_CODE = InboxErrorCodes.ATTEMPT_UNFINISHED;
+const UNFINISHED_TEXT = 'an attempt started on a redelivery and ended without an outcome (the process died or was killed while processing?)';
 
 /**
  * @internal The claim found an id's row, and the read right after found none: retention deleted it
@@ -457,12 +462,49 @@ export class InboxStore {
   }
 
   /**
+   * Counts an attempt before it runs, in a statement of its own, unless the id is already in the
+   * inbox (then it is a duplicate and nothing runs). Resolves to the attempts counted now, this one
+   * included, or `null` when the id is known. See `unfinished-attempts.ts`.
+   */
+  async startAttempt(db: Executable, messageId: string): Promise<number | null> {
+    const attempts = sql.raw(qualifiedName(this.tables.inboxAttempts));
+    const [row] = await rowsOf<{ attempts: number | null }>(
+      db,
+      sql`with known as (select 1 from ${this.inboxName} where consumer = ${this.consumer} and message_id = ${messageId}),
+        counted as (
+          insert into ${attempts} as a (consumer, message_id, attempts, last_error, last_error_code)
+          select ${this.consumer}, ${messageId}, 1, ${UNFINISHED_TEXT}, ${UNFINISHED_CODE} where not exists (select 1 from known)
+          on conflict (consumer, message_id) do update set attempts = a.attempts + 1, last_attempt_at = now()
+          returning attempts)
+        select (select attempts from counted) as attempts`,
+    );
+    return row?.attempts === null || row?.attempts === undefined ? null : Number(row.attempts);
+  }
+
+  /**
+   * Takes back an attempt {@link startAttempt} counted, when it ended without failing: the record
+   * goes when nothing else is left on it. Never rejects: if the database went away just then, the
+   * message keeps one attempt more than it used, which costs one attempt of its budget and never
+   * an outcome, so it is not worth failing a settled message for.
+   */
+  async uncountAttempt(db: Executable, messageId: string): Promise<void> {
+    const attempts = sql.raw(qualifiedName(this.tables.inboxAttempts));
+    try {
+      // Disjoint rows (attempts <= 1 or > 1), so the delete and the update never touch the same row.
+      await db.execute(sql`with gone as (delete from ${attempts} where consumer = ${this.consumer} and message_id = ${messageId} and attempts <= 1 returning 1)
+        update ${attempts} set attempts = attempts - 1 where consumer = ${this.consumer} and message_id = ${messageId} and attempts > 1`);
+    } catch {
+      // Deliberately not raised: see above.
+    }
+  }
+
+  /**
    * Counts one failed attempt, outside the rolled-back transaction, so the count survives restarts
    * and brokers that report no delivery count. Keeps the last error for inspection: its description
    * (never query parameters) and code, both made storable, so recording a failure cannot itself fail
    * on what the failure said.
    */
-  async recordFailure(db: Queryable, messageId: string, error: { message: string; code: string }): Promise<AttemptRecord> {
+  async recordFailure(db: Queryable, messageId: string, error: { message: string; code: string }, counted = false): Promise<AttemptRecord> {
     const { inboxAttempts: attempts } = this.tables;
     const [row] = await db
       .insert(attempts)
@@ -470,7 +512,8 @@ export class InboxStore {
       .onConflictDoUpdate({
         target: [attempts.consumer, attempts.messageId],
         set: {
-          attempts: sql`${attempts.attempts} + 1`,
+          // `counted`: startAttempt counted this attempt already; only its error is recorded here.
+          attempts: counted ? sql`${attempts.attempts}` : sql`${attempts.attempts} + 1`,
           lastAttemptAt: sql`now()`,
           lastError: sql`excluded.last_error`,
           lastErrorCode: sql`excluded.last_error_code`,

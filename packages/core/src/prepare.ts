@@ -63,7 +63,7 @@ export async function prepareMessage<TPayload>(
   // database or the handler, which both see this plain copy.
   let message: InboxMessage;
   try {
-    const { id, payload, headers, attempt, receivedAt, source } = delivery;
+    const { id, payload, headers, attempt, receivedAt, source, redelivered } = delivery;
     // Absent fields stay absent; added one by one, not deleted afterwards: `delete` would turn every
     // message into a slow dictionary-mode object for the rest of its way.
     message = { id, payload };
@@ -71,6 +71,7 @@ export async function prepareMessage<TPayload>(
     if (attempt !== undefined) message.attempt = attempt;
     if (receivedAt !== undefined) message.receivedAt = receivedAt;
     if (source !== undefined) message.source = source;
+    if (redelivered === true) message.redelivered = true;
   } catch (error) {
     return deadLetter(
       '',

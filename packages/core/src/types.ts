@@ -37,6 +37,15 @@ export interface InboxMessage<TPayload = unknown> {
   receivedAt?: Date;
   /** Where the message came from (`amqp:orders`, `kafka:payments/3`), stored with the inbox row. At most 1024 bytes, no NUL. */
   source?: string;
+  /**
+   * True when this delivery may follow one that started and never ended: the process handling it
+   * died or was killed (the AMQP `redelivered` flag, an SQS receive count above 1, the first records
+   * of a Kafka partition after it was assigned). Its attempt is then counted before the handler runs
+   * and taken back if it ends without failing, so a message that kills the process every time is
+   * dead-lettered after `maxAttempts` (`MAX_ATTEMPTS_EXCEEDED`) instead of coming back for ever. It
+   * costs two short statements; a batch holding such a message runs its messages one at a time.
+   */
+  redelivered?: boolean;
 }
 
 /**

@@ -9,6 +9,7 @@ import { isOutcome, outcomeOfExisting, prepareMessage, type KnownRow, type Prepa
 import { rejectionReason } from './rejection.js';
 import { runWithDeadline } from './handler-deadline.js';
 import { runInboxTransaction } from './transaction.js';
+import { AttemptLane, beginAttempt, endedWithoutFailing } from './unfinished-attempts.js';
 import type { HandlerResult } from './with-inbox.js';
 import { isCounted } from './transaction-failures.js';
 import {
@@ -148,6 +149,7 @@ export function withInboxBatch<TDb extends AnyPgDatabase, TPayload = unknown>(
   }
   const resolved = resolveOptions(options);
   const store = new InboxStore(resolved.tables, resolved.consumer);
+  const redeliveries = new AttemptLane();
   const { consumer } = resolved;
   const general = resolved as unknown as ResolvedOptions<AnyPgDatabase, unknown>;
 
@@ -225,7 +227,7 @@ export function withInboxBatch<TDb extends AnyPgDatabase, TPayload = unknown>(
     slots: Slot<TPayload>[],
     into: (InboxOutcome | undefined)[],
     stored: Map<string, KnownRow>,
-    wait: { lockTimeoutMs: number | null; busyUntil?: number; signal: AbortSignal | undefined },
+    wait: { lockTimeoutMs: number | null; busyUntil?: number; signal: AbortSignal | undefined; countedAhead?: boolean },
   ): Promise<void> {
     const result = await runTransaction(slots, wait.lockTimeoutMs, wait.signal);
     if (result.ok) {
@@ -240,13 +242,28 @@ export function withInboxBatch<TDb extends AnyPgDatabase, TPayload = unknown>(
     }
     const split = isCounted(failure) || (failure.kind === 'busy' && Date.now() < wait.busyUntil!);
     if (slots.length === 1 || !split) {
-      for (const { index, prepared } of slots) into[index] = await outcomeOfFailure(general, store, prepared.message, failure);
+      for (const { index, prepared } of slots) into[index] = await outcomeOfFailure(general, store, prepared.message, failure, wait.countedAhead === true);
       return;
     }
     const middle = Math.ceil(slots.length / 2);
     // In order, so a partition-ordered broker (Kafka) sees earlier messages settled first.
     await isolate(slots.slice(0, middle), into, stored, wait);
     await isolate(slots.slice(middle), into, stored, wait);
+  }
+
+  /** One message in a transaction of its own; a redelivered one in the lane, with its attempt counted ahead. */
+  async function runAlone(slot: Slot<TPayload>, into: (InboxOutcome | undefined)[], stored: Map<string, KnownRow>, signal: AbortSignal | undefined) {
+    const { message } = slot.prepared;
+    if (message.redelivered !== true) return isolate([slot], into, stored, { lockTimeoutMs: resolved.lockTimeoutMs, signal });
+    await redeliveries.run(async () => {
+      const started = await beginAttempt(general, store, message);
+      if ('outcome' in started) {
+        into[slot.index] = started.outcome;
+        return;
+      }
+      await isolate([slot], into, stored, { lockTimeoutMs: resolved.lockTimeoutMs, signal, countedAhead: started.counted });
+      if (started.counted && endedWithoutFailing(into[slot.index]!)) await store.uncountAttempt(resolved.db, message.id);
+    });
   }
 
   async function process(deliveries: readonly InboxMessage[], outcomes: (InboxOutcome | undefined)[], signal: AbortSignal | undefined): Promise<void> {
@@ -263,7 +280,13 @@ export function withInboxBatch<TDb extends AnyPgDatabase, TPayload = unknown>(
       }
     }
     const stored = new Map<string, KnownRow>();
-    if (leaders.size > 0) await isolate([...leaders.values()], outcomes, stored, { lockTimeoutMs: resolved.lockTimeoutMs, signal });
+    const slots = [...leaders.values()];
+    if (slots.some((slot) => slot.prepared.message.redelivered === true)) {
+      // A redelivery may be a message that killed the process: each runs alone, its attempt counted ahead (see unfinished-attempts.ts).
+      for (const slot of slots) await runAlone(slot, outcomes, stored, signal);
+    } else if (slots.length > 0) {
+      await isolate(slots, outcomes, stored, { lockTimeoutMs: resolved.lockTimeoutMs, signal });
+    }
     for (const { index, prepared } of copies) {
       const leader = leaders.get(prepared.message.id)!;
       outcomes[index] = outcomeOfCopy(general, prepared as PreparedMessage<unknown>, outcomes[leader.index]!, stored.get(prepared.message.id));
