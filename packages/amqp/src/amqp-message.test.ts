@@ -20,6 +20,15 @@ const context = { queue: 'q', consumer: 'c', payload: 'content-type' as const, m
 const now = new Date();
 
 describe('AMQP message mapping', () => {
+  it('marks a delivery RabbitMQ redelivered (its earlier delivery may have died with its process), and only that one', () => {
+    const first = mapDelivery(delivery({ messageId: 'm' }), context, now);
+    expect(first.message).toBeDefined();
+    expect('redelivered' in first.message!).toBe(false);
+    const again = delivery({ messageId: 'm' });
+    again.fields.redelivered = true;
+    expect(mapDelivery(again, context, now).message).toMatchObject({ id: 'm', redelivered: true });
+  });
+
   it('finds the id in the contract order: extract, then the header (default message-id), then properties.messageId', () => {
     expect(extractMessageId(delivery({ messageId: 'p', headers: { 'message-id': 'h' } }), defaults)).toBe('h');
     expect(extractMessageId(delivery({ messageId: 'p' }), defaults)).toBe('p');

@@ -123,6 +123,9 @@ export function mapDelivery(delivery: ConsumeMessage, context: MappingContext, r
       attempt,
       receivedAt,
       source: `amqp:${context.queue}`,
+      // RabbitMQ sets it on a delivery it handed out before without an ack (a consumer or channel
+      // that died, or a requeue): core then counts the attempt before it runs.
+      ...(delivery.fields.redelivered === true ? { redelivered: true } : {}),
     },
   };
 }
