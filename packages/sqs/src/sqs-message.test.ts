@@ -87,6 +87,10 @@ describe('message id extraction', () => {
       ok: true,
       message: { id: 'm-1', payload: { a: 1 }, attempt: 3, source: 'sqs:orders', headers: { 'sqs:ApproximateReceiveCount': '3', 'message-id': 'm-1' } },
     });
+    // Received before: the earlier receive may have died with its process, so core counts the attempt ahead.
+    expect(mapped).toMatchObject({ message: { redelivered: true } });
+    const first = toInboxMessage(withId({ Attributes: { ApproximateReceiveCount: '1' } }), mapping, 'c', new Date(0));
+    expect(first.ok && 'redelivered' in first.message).toBe(false);
     expect(toInboxMessage(withId({ Body: 'not json' }), mapping, 'c', new Date(0))).toMatchObject({
       ok: false,
       outcome: { status: 'dead-letter', reason: 'unparseable-body', messageId: 'm-1', error: { code: 'UNPARSEABLE_BODY' } },

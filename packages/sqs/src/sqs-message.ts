@@ -175,6 +175,15 @@ export function toInboxMessage(message: Message, mapping: MessageMapping, consum
   return {
     ok: true,
     id,
-    message: { id, payload: decoded.payload, headers: headersOf(message), attempt, receivedAt, source: mapping.source },
+    message: {
+      id,
+      payload: decoded.payload,
+      headers: headersOf(message),
+      attempt,
+      receivedAt,
+      source: mapping.source,
+      // Received before: the earlier receive may have died with the process. Core then counts the attempt before it runs.
+      ...(attempt !== undefined && attempt > 1 ? { redelivered: true } : {}),
+    },
   };
 }
