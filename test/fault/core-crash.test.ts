@@ -6,24 +6,6 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 
 const worker = fileURLToPath(new URL('./fixtures/crash-worker.ts', import.meta.url));
 
-/** Runs the crash worker until it prints `line`, then SIGKILLs it. */
-function runUntil(line: string, env: Record<string, string>): Promise<string> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, ['--conditions=@inboxed/source', '--import', 'tsx', worker], {
-      env: { ...process.env, ...env },
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    let out = '';
-    let err = '';
-    child.stdout.on('data', (chunk: Buffer) => {
-      out += chunk.toString();
-      if (out.includes(line)) child.kill('SIGKILL');
-    });
-    child.stderr.on('data', (chunk: Buffer) => (err += chunk.toString()));
-    child.on('exit', (_code, signal) => (signal === 'SIGKILL' ? resolve(out) : reject(new Error(`worker exited without reaching ${line}: ${out}${err}`))));
-  });
-}
-
 /** Runs the crash worker: SIGKILLs it once it prints `line`, or lets it exit; resolves with its output. */
 function runOnce(line: string, env: Record<string, string>): Promise<{ out: string; killed: boolean }> {
   return new Promise((resolve, reject) => {
@@ -44,6 +26,13 @@ function runOnce(line: string, env: Record<string, string>): Promise<{ out: stri
       else reject(new Error(`worker failed (${code}): ${out}${err}`));
     });
   });
+}
+
+/** Runs the crash worker until it prints `line`, then SIGKILLs it; rejects if it ends otherwise. */
+async function runUntil(line: string, env: Record<string, string>): Promise<string> {
+  const { out, killed } = await runOnce(line, env);
+  if (!killed) throw new Error(`worker exited without reaching ${line}: ${out}`);
+  return out;
 }
 
 describe('a consumer process killed with SIGKILL', () => {
