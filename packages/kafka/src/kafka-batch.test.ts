@@ -1,5 +1,13 @@
 import { EventEmitter } from 'node:events';
-import { type InboxBatchProcessor, type InboxMessage, type InboxOutcome, type InboxProcessor, OutcomeReasons } from '@inboxed/core';
+import {
+  InboxError,
+  InboxErrorCodes,
+  type InboxBatchProcessor,
+  type InboxMessage,
+  type InboxOutcome,
+  type InboxProcessor,
+  OutcomeReasons,
+} from '@inboxed/core';
 import { ConsumerEventEmitter, InFlight } from '@inboxed/core/adapter';
 import { describe, expect, it } from 'vitest';
 import { attachRuntime } from './kafka-batch.js';
@@ -209,6 +217,127 @@ describe('a busy outcome (leased mode: another worker holds the lease)', () => {
     expect(commits).toEqual(['0@1', '0@3']);
     expect(seen).toEqual(['message_processed:m-0', 'busy:m-1', 'message_processed:m-1', 'message_processed:m-2']);
     expect(sent).toEqual([]);
+    runtime.close();
+  });
+});
+
+describe('redelivered: the records that may have been in flight when a process died', () => {
+  /** A runtime on a fake consumer whose processor records `id:redelivered` per message, per call. */
+  function markingRuntime(options: { batchSize?: number; outcome?: (message: InboxMessage) => InboxOutcome | undefined } = {}) {
+    const { consumer, commits, join } = fakeConsumer(() => undefined);
+    const calls: string[][] = [];
+    const decide = (m: InboxMessage): InboxOutcome => options.outcome?.(m) ?? { status: 'processed', messageId: m.id, consumer: 'billing' };
+    const shared = { consumer: 'billing', checkTables: async () => {}, observe: () => {} };
+    const processor =
+      options.batchSize === undefined
+        ? (Object.assign(
+            async (message: InboxMessage): Promise<InboxOutcome> => {
+              calls.push([`${message.id}:${message.redelivered === true}`]);
+              return decide(message);
+            },
+            { kind: 'single' as const, ...shared },
+          ) satisfies InboxProcessor)
+        : (Object.assign(
+            async (messages: readonly InboxMessage[]): Promise<InboxOutcome[]> => {
+              calls.push(messages.map((m) => `${m.id}:${m.redelivered === true}`));
+              return messages.map(decide);
+            },
+            { kind: 'batch' as const, ...shared },
+          ) satisfies InboxBatchProcessor);
+    const events = new ConsumerEventEmitter();
+    events.on('error', () => {});
+    const runtime = attachRuntime({
+      processor,
+      consumer,
+      producer: { connect: async () => {}, disconnect: async () => {}, send: async () => {} },
+      events,
+      settings: processingSettings(processor, options.batchSize === undefined ? {} : { batchSize: options.batchSize }),
+      groupId: 'g',
+      inFlight: new InFlight(),
+      taking: () => true,
+      signal: () => undefined,
+    });
+    const records = (from: number, to: number) => Array.from({ length: to - from }, (_, i) => record(from + i, '{}'));
+    return { runtime, calls, commits, join, records };
+  }
+
+  it('batch processor: the first batchSize records of each partition per generation, counted across fetches; none after', async () => {
+    const { runtime, calls, join, records } = markingRuntime({ batchSize: 3 });
+    join([0, 1]);
+    // A first fetch shorter than batchSize: the partition's next fetch carries the rest of the marking.
+    await runtime.run({ topic: 'payments', partition: 0, messages: records(0, 2) });
+    await runtime.run({ topic: 'payments', partition: 0, messages: records(2, 6) });
+    await runtime.run({ topic: 'payments', partition: 1, messages: records(0, 4) });
+    expect(calls).toEqual([
+      ['m-0:true', 'm-1:true'],
+      ['m-2:true', 'm-3:false', 'm-4:false'],
+      ['m-5:false'],
+      ['m-0:true', 'm-1:true', 'm-2:true'],
+      ['m-3:false'],
+    ]);
+    // A new generation (a rebalance that kept the partition): its first call is marked again.
+    join([0]);
+    await runtime.run({ topic: 'payments', partition: 0, messages: records(6, 10) });
+    expect(calls.slice(5)).toEqual([['m-6:true', 'm-7:true', 'm-8:true'], ['m-9:false']]);
+    runtime.close();
+  });
+
+  it('per-message processor: the first record per generation; a rebalance while it runs marks its replay in the next generation', async () => {
+    let rebalanced = false;
+    const { runtime, calls, commits, join, records } = markingRuntime({
+      outcome: (m) => {
+        // The group rebalances (same assignment) while the first, marked, record is processed.
+        if (m.id === 'm-0' && !rebalanced) {
+          rebalanced = true;
+          join([0]);
+        }
+        return undefined;
+      },
+    });
+    join([0]);
+    await runtime.run({ topic: 'payments', partition: 0, messages: records(0, 3) });
+    expect(calls.flat()).toEqual(['m-0:true']);
+    expect(commits).toEqual([]); // its generation ended: nothing settles, kafkajs replays it
+    await runtime.run({ topic: 'payments', partition: 0, messages: records(0, 3) });
+    expect(calls.flat()).toEqual(['m-0:true', 'm-0:true', 'm-1:false', 'm-2:false']);
+    expect(commits).toEqual(['0@1', '0@2', '0@3']);
+    runtime.close();
+  });
+
+  it('the replay of a hold is marked again when the held call was marked (its record still owes a counted run), not otherwise', async () => {
+    const failed = new Set<string>();
+    const { runtime, calls, commits, join, records } = markingRuntime({
+      batchSize: 2,
+      // m-1 (in the first, marked call) and m-3 (in an unmarked one) each come back `retry` once.
+      outcome: (m) => {
+        if ((m.id !== 'm-1' && m.id !== 'm-3') || failed.has(m.id)) return undefined;
+        failed.add(m.id);
+        return {
+          status: 'retry',
+          reason: OutcomeReasons.DATABASE_UNAVAILABLE,
+          retryAfterMs: 20,
+          error: new InboxError(InboxErrorCodes.DATABASE_UNAVAILABLE, 'not counted'),
+          messageId: m.id,
+          consumer: 'billing',
+        };
+      },
+    });
+    join([0]);
+    await runtime.run({ topic: 'payments', partition: 0, messages: records(0, 6) });
+    expect(runtime.holds.isHeld('payments', 0)).toBe(true);
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    await runtime.run({ topic: 'payments', partition: 0, messages: records(1, 6) });
+    expect(runtime.holds.isHeld('payments', 0)).toBe(true);
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    await runtime.run({ topic: 'payments', partition: 0, messages: records(3, 6) });
+    expect(calls).toEqual([
+      ['m-0:true', 'm-1:true'],
+      ['m-1:true', 'm-2:true'], // the marked call's hold: its replay is marked
+      ['m-3:false', 'm-4:false'],
+      ['m-3:false', 'm-4:false'], // an unmarked call's hold: not marked
+      ['m-5:false'],
+    ]);
+    expect(commits).toEqual(['0@1', '0@3', '0@5', '0@6']);
     runtime.close();
   });
 });

@@ -98,8 +98,26 @@ export function attachRuntime(deps: RuntimeDeps): KafkaRuntime {
  * the rest of the batch, when the consumer stops, the partition was seeked or held, its
  * generation ended (rebalance, crash) or the group refused a commit or heartbeat; the refusal is
  * rethrown so kafkajs rejoins right away instead of at its next heartbeat.
+ *
+ * Kafka has no redelivery flag, so the runner marks `redelivered` itself: a process that died (out
+ * of memory, a native crash, a kill) had at most one call per partition in flight, starting at the
+ * partition's committed offset, and that is where the partition's next owner starts. So the first
+ * call's worth of records (`batchSize` for a batch processor, 1 otherwise) of every partition in
+ * every group generation, the very first included, is handed over `redelivered`: core counts their
+ * attempts before they run, and a record that kills the process every time is dead-lettered after
+ * `maxAttempts` deaths. A generation that ends before that call settled marks its replay again in
+ * the next one. A marked call that ends in a hold marks its replay too: the held record's attempt
+ * may have ended without running or without being counted (a database outage, a lock held by the
+ * dead process's transaction), so it still owes its counted run. The replay of a hold in an
+ * unmarked call is not marked: nothing in it was in flight in a process that died.
  */
 class BatchRunner {
+  /**
+   * Per partition (`topic\0partition`): the generation whose records are being marked, how many
+   * more of them are, and whether its latest call carried marks.
+   */
+  private readonly marking = new Map<string, { generation: number; left: number; lastMarked: boolean }>();
+
   constructor(
     private readonly deps: RuntimeDeps,
     private readonly group: GroupMembership,
@@ -120,9 +138,10 @@ class BatchRunner {
     for (let from = admitted.start; from < messages.length; from += step) {
       if (!this.live(generation, fetched)) return;
       const records = messages.slice(from, from + step);
+      const marked = this.toMark(topic, partition, generation, records.length, step, from === admitted.start && admitted.hold !== undefined);
       const at = { topic, partition, generation, resolveOffset: fetched.resolveOffset, isRunning: fetched.isRunning };
       const settled = (async () => {
-        const outcomes = await this.outcomesOf(topic, partition, records, receivedAt);
+        const outcomes = await this.outcomesOf(topic, partition, records, receivedAt, marked);
         const chunk = records.map((record, i) => ({ record, receivedAt, outcome: outcomes[i]! }));
         return this.settlement.settle(at, chunk);
       })().catch((error: unknown) => this.unexpected(at, records, error));
@@ -132,6 +151,28 @@ class BatchRunner {
       this.holds.release(topic, partition, admitted.hold);
       if (from + step < messages.length) await this.heartbeat(fetched);
     }
+  }
+
+  /**
+   * How many of a chunk's first records to hand over `redelivered` (see the class comment): the
+   * partition's first `step` records of this generation, counted across fetches (a fetch may hold
+   * fewer records than the call that was in flight when a process died), and `step` again from the
+   * held record when the chunk replays a hold of a marked call.
+   */
+  private toMark(topic: string, partition: number, generation: number, size: number, step: number, replaysHold: boolean): number {
+    const key = `${topic}\u0000${partition}`;
+    let marking = this.marking.get(key);
+    if (marking === undefined || marking.generation !== generation) {
+      marking = { generation, left: step, lastMarked: false };
+      this.marking.set(key, marking);
+    } else if (replaysHold && marking.lastMarked) {
+      // Calls of a partition run one after the other: its latest call is the one that was held.
+      marking.left = step;
+    }
+    const marked = Math.min(marking.left, size);
+    marking.left -= marked;
+    marking.lastMarked = marked > 0;
+    return marked;
   }
 
   /**
@@ -174,9 +215,9 @@ class BatchRunner {
   /**
    * Outcomes for a chunk, index-aligned with `records`: the adapter's own for records without an
    * id or with an undecodable value (reported to the processor's observers), the processor's for
-   * the rest, in one call.
+   * the rest, in one call. The first `marked` records are handed over `redelivered`.
    */
-  private async outcomesOf(topic: string, partition: number, records: KafkaRecord[], receivedAt: Date): Promise<InboxOutcome[]> {
+  private async outcomesOf(topic: string, partition: number, records: KafkaRecord[], receivedAt: Date, marked: number): Promise<InboxOutcome[]> {
     const { processor, settings, events } = this.deps;
     const outcomes: InboxOutcome[] = new Array(records.length);
     const messages: InboxMessage[] = [];
@@ -184,7 +225,7 @@ class BatchRunner {
     // Per chunk, not per record: the source string every message of the partition shares.
     const source = sourceOf(topic, partition);
     for (let i = 0; i < records.length; i++) {
-      const mapped = toInboxMessage({ topic, partition, message: records[i]! }, settings.mapping, processor.consumer, receivedAt, source);
+      const mapped = toInboxMessage({ topic, partition, message: records[i]! }, settings.mapping, processor.consumer, receivedAt, source, i < marked);
       if (mapped.ok) {
         messages.push(mapped.message);
         positions.push(i);

@@ -31,6 +31,14 @@ describe('message ids', () => {
 });
 
 describe('toInboxMessage', () => {
+  it('marks the message redelivered only when asked to (the field is absent otherwise)', () => {
+    const record = delivery({ headers: { 'message-id': 'pay-1' } });
+    const plain = toInboxMessage(record, defaults, 'billing');
+    expect(plain.ok && 'redelivered' in plain.message).toBe(false);
+    const marked = toInboxMessage(record, defaults, 'billing', new Date(), 'kafka:payments/3', true);
+    expect(marked.ok && marked.message.redelivered).toBe(true);
+  });
+
   it('decodes JSON values and string headers, and names the source partition', () => {
     const received = new Date('2026-01-01T00:00:00Z');
     const mapped = toInboxMessage(delivery({ headers: { 'message-id': Buffer.from('pay-1'), trace: Buffer.from('t-1') } }), defaults, 'billing', received);

@@ -106,7 +106,8 @@ export function messageIdOf(delivery: KafkaDelivery, options: MessageIdOptions<K
  * one that cannot be read exactly, or whose value does not decode, gets its `dead-letter` outcome
  * here (`missing-message-id`, `invalid-message-id`, `unparseable-body`): the processor never sees it. Any id found is passed on as is: core
  * validates it (an empty or oversized id is dead-lettered as `invalid-message-id`). A null value
- * (a tombstone) decodes to `null` in JSON mode rather than failing to parse.
+ * (a tombstone) decodes to `null` in JSON mode rather than failing to parse. `redelivered` marks
+ * the message as one that may have been in flight in a process that died (see kafka-batch.ts).
  */
 export function toInboxMessage(
   delivery: KafkaDelivery,
@@ -114,6 +115,7 @@ export function toInboxMessage(
   consumer: string,
   receivedAt: Date = new Date(),
   source: string = sourceOf(delivery.topic, delivery.partition),
+  redelivered = false,
 ): MappedDelivery {
   const { message: record } = delivery;
   let id: string | undefined;
@@ -137,6 +139,8 @@ export function toInboxMessage(
   }
   return {
     ok: true,
-    message: { id, payload: decoded.payload, headers, receivedAt, source },
+    message: redelivered
+      ? { id, payload: decoded.payload, headers, receivedAt, source, redelivered }
+      : { id, payload: decoded.payload, headers, receivedAt, source },
   };
 }
