@@ -1,7 +1,7 @@
 import { execFile } from 'node:child_process';
 import { type InboxError, PermanentError } from '@inboxed/core';
 import type { ConsumerStatus, InboxLogger } from '@inboxed/core/adapter';
-import { waitFor } from '@inboxed/test-support';
+import { breakNextRead, waitFor } from '@inboxed/test-support';
 import { uniqueName } from '@inboxed/test-support/unique-name';
 import amqp, { type ConfirmChannel, type Options } from 'amqplib';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
@@ -485,19 +485,6 @@ describe('RabbitMQ faults: a settle that throws unexpectedly', () => {
     await k.close();
   });
 
-  /** Makes the next read of `field` of `outcome` throw (later reads, such as the test recorder's, see its value again). */
-  const breakField = (outcome: object, field: string) => {
-    const value: unknown = (outcome as Record<string, unknown>)[field];
-    Object.defineProperty(outcome, field, {
-      configurable: true,
-      enumerable: true,
-      get() {
-        Object.defineProperty(outcome, field, { value, configurable: true, enumerable: true, writable: true });
-        throw new Error(`reading ${field} boom`);
-      },
-    });
-  };
-
   it('before its ack: the delivery is requeued (its prefetch slot freed), redelivered as a duplicate, and the error says so', async () => {
     let broken = false;
     const consumer = k.consume(k.processor(), {
@@ -506,7 +493,7 @@ describe('RabbitMQ faults: a settle that throws unexpectedly', () => {
       beforeSettle: (outcome) => {
         if (outcome.messageId !== 'bad' || broken) return;
         broken = true;
-        breakField(outcome, 'status');
+        breakNextRead(outcome, 'status');
       },
     });
     const errors: InboxError[] = [];
@@ -537,7 +524,7 @@ describe('RabbitMQ faults: a settle that throws unexpectedly', () => {
       requeueDelayMs: 100,
       beforeSettle: (outcome) => {
         // Read only once the ack went out (the outcome event's log line reads it).
-        if (outcome.messageId === 'late') breakField(outcome, 'reason');
+        if (outcome.messageId === 'late') breakNextRead(outcome, 'reason');
       },
     });
     const errors: InboxError[] = [];

@@ -22,11 +22,10 @@ const now = new Date();
 describe('AMQP message mapping', () => {
   it('marks a delivery RabbitMQ redelivered (its earlier delivery may have died with its process), and only that one', () => {
     const first = mapDelivery(delivery({ messageId: 'm' }), context, now);
-    expect(first.message).toBeDefined();
-    expect('redelivered' in first.message!).toBe(false);
+    expect('message' in first && first.message !== undefined && !('redelivered' in first.message)).toBe(true);
     const again = delivery({ messageId: 'm' });
     again.fields.redelivered = true;
-    expect(mapDelivery(again, context, now).message).toMatchObject({ id: 'm', redelivered: true });
+    expect(mapDelivery(again, context, now)).toMatchObject({ message: { id: 'm', redelivered: true } });
   });
 
   it('finds the id in the contract order: extract, then the header (default message-id), then properties.messageId', () => {

@@ -10,7 +10,7 @@ import {
 import { type InboxError, InboxErrorCodes, type InboxMessage, PermanentError } from '@inboxed/core';
 import { ConsumerEventEmitter, sleep } from '@inboxed/core/adapter';
 import { createOutcomeRecorder } from '@inboxed/core/testing';
-import { waitFor } from '@inboxed/test-support';
+import { breakNextRead, waitFor } from '@inboxed/test-support';
 import { describe, expect, it } from 'vitest';
 import { deadLettersOf, sqsClient, sqsTestContext } from '../test/sqs-test-kit.js';
 import { createSqsHandler, SqsErrorCodes } from './index.js';
@@ -248,19 +248,6 @@ async function receiveAll(client: SQSClient, queueUrl: string, count: number, ti
     received.push(...Messages);
   }
   return received;
-}
-
-/** Makes the next read of `field` of `outcome` throw (later reads see its value again). */
-function breakNextRead(outcome: object, field: string): void {
-  const value: unknown = (outcome as Record<string, unknown>)[field];
-  Object.defineProperty(outcome, field, {
-    configurable: true,
-    enumerable: true,
-    get() {
-      Object.defineProperty(outcome, field, { value, configurable: true, enumerable: true, writable: true });
-      throw new Error(`reading ${field} boom`);
-    },
-  });
 }
 
 // Defence in depth: adapter code that throws where nothing should (here the test hook breaks an
