@@ -463,22 +463,26 @@ export class InboxStore {
 
   /**
    * Counts an attempt before it runs, in a statement of its own, unless the id is already in the
-   * inbox (then it is a duplicate and nothing runs). Resolves to the attempts counted now, this one
-   * included, or `null` when the id is known. See `unfinished-attempts.ts`.
+   * inbox (then it is a duplicate and nothing runs), or, with `firstOnly`, unless the message has an
+   * attempts record already (it failed or died before). Says which, and the attempts counted now,
+   * this one included (`null` when nothing was counted). See `unfinished-attempts.ts`.
    */
-  async startAttempt(db: Executable, messageId: string): Promise<number | null> {
+  async startAttempt(db: Executable, messageId: string, firstOnly: boolean): Promise<{ known: boolean; counted: number | null; recorded: boolean }> {
     const attempts = sql.raw(qualifiedName(this.tables.inboxAttempts));
-    const [row] = await rowsOf<{ attempts: number | null }>(
+    const [row] = await rowsOf<{ known: boolean; recorded: boolean; attempts: number | null }>(
       db,
       sql`with known as (select 1 from ${this.inboxName} where consumer = ${this.consumer} and message_id = ${messageId}),
+        recorded as (select 1 from ${attempts} where consumer = ${this.consumer} and message_id = ${messageId}),
         counted as (
           insert into ${attempts} as a (consumer, message_id, attempts, last_error, last_error_code)
-          select ${this.consumer}, ${messageId}, 1, ${UNFINISHED_TEXT}, ${UNFINISHED_CODE} where not exists (select 1 from known)
+          select ${this.consumer}, ${messageId}, 1, ${UNFINISHED_TEXT}, ${UNFINISHED_CODE}
+          where not exists (select 1 from known) and not (${firstOnly}::boolean and exists (select 1 from recorded))
           on conflict (consumer, message_id) do update set attempts = a.attempts + 1, last_attempt_at = now()
           returning attempts)
-        select (select attempts from counted) as attempts`,
+        select exists (select 1 from known) as known, exists (select 1 from recorded) as recorded, (select attempts from counted) as attempts`,
     );
-    return row?.attempts === null || row?.attempts === undefined ? null : Number(row.attempts);
+    const counted = row?.attempts === null || row?.attempts === undefined ? null : Number(row.attempts);
+    return { known: row?.known === true, counted, recorded: row?.recorded === true };
   }
 
   /**

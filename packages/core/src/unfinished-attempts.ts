@@ -13,16 +13,21 @@ import { type AnyPgDatabase, type InboxMessage, type InboxOutcome, OutcomeReason
  * the handler runs, in a statement of its own, and taken back when the attempt ends without
  * failing. Attempts that died stay counted, and once they exceed `maxAttempts` the message is
  * dead-lettered without running again.
+ *
+ * Attribution. After a death every delivery the process had in flight comes back redelivered, not
+ * only the one that killed it. A redelivery with no attempts record (it never failed or died before)
+ * is counted and run at once, alongside the others: a death then charges each one in flight, once.
+ * A redelivery that has a record (it failed or died before: the suspects, the killer among them)
+ * waits for the processor's lane, which runs such attempts one at a time, and is counted only when
+ * its turn comes. So a death charges one suspect, the one that was running, and an innocent
+ * message is charged at most once (the death that made it a suspect), never `maxAttempts` times.
+ * Serialising every redelivery instead starved them all behind one message that broke the channel
+ * each time it ran.
  */
 
 /**
- * @internal Runs a processor's redelivered attempts one at a time. When a process dies, every
- * delivery it had in flight comes back redelivered, not only the one that killed it; counted ahead
- * all at once, the innocent ones would be charged for each death too (in a test, 15 of 20 good
- * messages were dead-lettered after three). One at a time, only the attempt that was running when
- * the process died stays counted. Deliveries that are not redeliveries do not wait for the lane.
- * A redelivered handler that never returns (no `handlerTimeoutMs`) holds the lane, and with it the
- * processor's other redeliveries.
+ * @internal Runs a processor's suspect attempts one at a time (see above). A suspect handler that
+ * never returns (no `handlerTimeoutMs`) holds the lane, and with it the processor's other suspects.
  */
 export class AttemptLane {
   private last: Promise<unknown> = Promise.resolve();
@@ -37,19 +42,57 @@ export class AttemptLane {
   }
 }
 
-/** @internal What {@link beginAttempt} decided: run it (counted ahead or not), or this outcome instead. */
-export type AttemptStart = { counted: boolean } | { outcome: InboxOutcome };
-
 /**
- * @internal Counts a redelivered message's attempt ahead (see above). Not redelivered, or already in
- * the inbox (a duplicate): nothing to count. Attempts past `maxAttempts`: the dead-letter outcome.
- * A database that cannot count it: the outage retry (not counted, like any outage).
+ * @internal One attempt of a redelivered message (see above): `run(countedAhead)` runs it, counted
+ * ahead or not (a duplicate); the count is taken back when it ends without failing. Attempts past
+ * `maxAttempts` end dead-lettered without running; a database that cannot count it is the outage
+ * retry (not counted, like any outage).
  */
-export async function beginAttempt(options: ResolvedOptions<AnyPgDatabase, unknown>, store: InboxStore, message: InboxMessage): Promise<AttemptStart> {
-  if (message.redelivered !== true) return { counted: false };
-  let attempts: number | null;
+export async function runRedelivered(
+  options: ResolvedOptions<AnyPgDatabase, unknown>,
+  store: InboxStore,
+  lane: AttemptLane,
+  message: InboxMessage,
+  run: (countedAhead: boolean) => Promise<InboxOutcome>,
+): Promise<InboxOutcome> {
+  const first = await startAttempt(options, store, message, true);
+  if ('outcome' in first) return first.outcome;
+  if (first.known) return run(false);
+  if (first.counted !== null) return attempt(options, store, message, first.counted, run);
+  return lane.run(async () => {
+    const turn = await startAttempt(options, store, message, false);
+    if ('outcome' in turn) return turn.outcome;
+    return turn.counted === null ? run(false) : attempt(options, store, message, turn.counted, run);
+  });
+}
+
+/** The attempt itself, `counted` the attempts counted now (this one included). */
+async function attempt(
+  options: ResolvedOptions<AnyPgDatabase, unknown>,
+  store: InboxStore,
+  message: InboxMessage,
+  counted: number,
+  run: (countedAhead: boolean) => Promise<InboxOutcome>,
+): Promise<InboxOutcome> {
+  if (counted > options.maxAttempts) {
+    // This attempt will not run: only the ones that started and never ended stay counted.
+    await store.uncountAttempt(options.db, message.id);
+    return spent(options, message, counted - 1);
+  }
+  const outcome = await run(true);
+  if (endedWithoutFailing(outcome)) await store.uncountAttempt(options.db, message.id);
+  return outcome;
+}
+
+/** `store.startAttempt`, or the outage retry when the database cannot answer. */
+async function startAttempt(
+  options: ResolvedOptions<AnyPgDatabase, unknown>,
+  store: InboxStore,
+  message: InboxMessage,
+  firstOnly: boolean,
+): Promise<{ known: boolean; counted: number | null; recorded: boolean } | { outcome: InboxOutcome }> {
   try {
-    attempts = await store.startAttempt(options.db, message.id);
+    return await store.startAttempt(options.db, message.id, firstOnly);
   } catch (error) {
     const missing = classifyDatabaseError(error) === 'schema-missing';
     return {
@@ -63,28 +106,25 @@ export async function beginAttempt(options: ResolvedOptions<AnyPgDatabase, unkno
       ),
     };
   }
-  if (attempts === null) return { counted: false };
-  if (attempts <= options.maxAttempts) return { counted: true };
-  // This attempt will not run: only the ones that started and never ended stay counted.
-  await store.uncountAttempt(options.db, message.id);
-  const finished = attempts - 1;
+}
+
+/** The dead-letter of a message whose attempts are spent: it is not run again. */
+function spent(options: ResolvedOptions<AnyPgDatabase, unknown>, message: InboxMessage, finished: number): InboxOutcome {
   return {
-    outcome: {
-      status: 'dead-letter',
-      messageId: message.id,
-      consumer: options.consumer,
-      reason: OutcomeReasons.MAX_ATTEMPTS_EXCEEDED,
-      attempt: finished,
-      error: new InboxError(
-        InboxErrorCodes.MAX_ATTEMPTS_EXCEEDED,
-        `${finished} attempts (maxAttempts ${options.maxAttempts}) started and ended without an outcome or failed: the process died or was killed while processing this message, or it kept failing; it is not run again`,
-        { messageIds: [message.id], details: { consumer: options.consumer, attempt: finished, lastErrorCode: InboxErrorCodes.ATTEMPT_UNFINISHED } },
-      ),
-    },
+    status: 'dead-letter',
+    messageId: message.id,
+    consumer: options.consumer,
+    reason: OutcomeReasons.MAX_ATTEMPTS_EXCEEDED,
+    attempt: finished,
+    error: new InboxError(
+      InboxErrorCodes.MAX_ATTEMPTS_EXCEEDED,
+      `${finished} attempts (maxAttempts ${options.maxAttempts}) failed or started and ended without an outcome (the process died or was killed while processing this message); it is not run again`,
+      { messageIds: [message.id], details: { consumer: options.consumer, attempt: finished } },
+    ),
   };
 }
 
-/** @internal True for the outcomes after which an attempt counted ahead is taken back: it ended without failing. */
-export function endedWithoutFailing(outcome: InboxOutcome): boolean {
+/** True for the outcomes after which an attempt counted ahead is taken back: it ended without failing. */
+function endedWithoutFailing(outcome: InboxOutcome): boolean {
   return outcome.status === 'processed' || outcome.status === 'duplicate' || outcome.status === 'rejected';
 }

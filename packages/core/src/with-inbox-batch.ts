@@ -9,7 +9,7 @@ import { isOutcome, outcomeOfExisting, prepareMessage, type KnownRow, type Prepa
 import { rejectionReason } from './rejection.js';
 import { runWithDeadline } from './handler-deadline.js';
 import { runInboxTransaction } from './transaction.js';
-import { AttemptLane, beginAttempt, endedWithoutFailing } from './unfinished-attempts.js';
+import { AttemptLane, runRedelivered } from './unfinished-attempts.js';
 import type { HandlerResult } from './with-inbox.js';
 import { isCounted } from './transaction-failures.js';
 import {
@@ -149,7 +149,7 @@ export function withInboxBatch<TDb extends AnyPgDatabase, TPayload = unknown>(
   }
   const resolved = resolveOptions(options);
   const store = new InboxStore(resolved.tables, resolved.consumer);
-  const redeliveries = new AttemptLane();
+  const suspects = new AttemptLane();
   const { consumer } = resolved;
   const general = resolved as unknown as ResolvedOptions<AnyPgDatabase, unknown>;
 
@@ -251,18 +251,13 @@ export function withInboxBatch<TDb extends AnyPgDatabase, TPayload = unknown>(
     await isolate(slots.slice(middle), into, stored, wait);
   }
 
-  /** One message in a transaction of its own; a redelivered one in the lane, with its attempt counted ahead. */
+  /** One message in a transaction of its own; a redelivered one with its attempt counted ahead. */
   async function runAlone(slot: Slot<TPayload>, into: (InboxOutcome | undefined)[], stored: Map<string, KnownRow>, signal: AbortSignal | undefined) {
     const { message } = slot.prepared;
     if (message.redelivered !== true) return isolate([slot], into, stored, { lockTimeoutMs: resolved.lockTimeoutMs, signal });
-    await redeliveries.run(async () => {
-      const started = await beginAttempt(general, store, message);
-      if ('outcome' in started) {
-        into[slot.index] = started.outcome;
-        return;
-      }
-      await isolate([slot], into, stored, { lockTimeoutMs: resolved.lockTimeoutMs, signal, countedAhead: started.counted });
-      if (started.counted && endedWithoutFailing(into[slot.index]!)) await store.uncountAttempt(resolved.db, message.id);
+    into[slot.index] = await runRedelivered(general, store, suspects, message, async (countedAhead) => {
+      await isolate([slot], into, stored, { lockTimeoutMs: resolved.lockTimeoutMs, signal, countedAhead });
+      return into[slot.index]!;
     });
   }
 

@@ -5,7 +5,7 @@ import { ClaimRaceError, InboxStatementError, InboxStore } from './inbox-store.j
 import { withLeasedInbox, type LeasedInboxHandler } from './leased/with-leased-inbox.js';
 import { assertHandler, resolveOptions, type InboxOptions, type LeasedInboxOptions, type ResolvedOptions } from './options.js';
 import { isOutcome, outcomeOfExisting, prepareMessage } from './prepare.js';
-import { AttemptLane, beginAttempt, endedWithoutFailing } from './unfinished-attempts.js';
+import { AttemptLane, runRedelivered } from './unfinished-attempts.js';
 import { completionOf } from './handler-result.js';
 import { runInboxTransaction } from './transaction.js';
 import { runWithDeadline } from './handler-deadline.js';
@@ -99,21 +99,15 @@ function withTransactionalInbox<TDb extends AnyPgDatabase, TPayload>(
   const general = resolved as unknown as ResolvedOptions<AnyPgDatabase, unknown>;
   const store = new InboxStore(resolved.tables, resolved.consumer);
   const { consumer } = resolved;
-  const redeliveries = new AttemptLane();
+  const suspects = new AttemptLane();
 
   async function process(delivery: InboxMessage, options: ProcessOptions | undefined): Promise<InboxOutcome> {
     const prepared = await prepareMessage(resolved, delivery);
     if (isOutcome(prepared)) return prepared;
     const { message, fingerprint } = prepared;
     if (message.redelivered !== true) return runAttempt(message, fingerprint, false, options);
-    // A redelivery: one at a time, its attempt counted before it runs (see unfinished-attempts.ts).
-    return redeliveries.run(async () => {
-      const started = await beginAttempt(general, store, message);
-      if ('outcome' in started) return started.outcome;
-      const outcome = await runAttempt(message, fingerprint, started.counted, options);
-      if (started.counted && endedWithoutFailing(outcome)) await store.uncountAttempt(resolved.db, message.id);
-      return outcome;
-    });
+    // A redelivery: its attempt is counted before it runs (see unfinished-attempts.ts).
+    return runRedelivered(general, store, suspects, message, (countedAhead) => runAttempt(message, fingerprint, countedAhead, options));
   }
 
   /** One attempt: the inbox transaction around the handler, then its outcome. */
