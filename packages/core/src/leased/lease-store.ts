@@ -1,11 +1,15 @@
 import { sql } from 'drizzle-orm';
 import type { ClaimRow, InboxStore } from '../inbox-store.js';
+import { InboxErrorCodes } from '../errors.js';
 import { rowsOf } from '../query-rows.js';
 import { Attr, recordClaim } from '../telemetry/instruments.js';
 import { startInternalSpan } from '../telemetry/spans.js';
 import type { AnyPgDatabase } from '../types.js';
 
 type Executable = Pick<AnyPgDatabase, 'execute'>;
+
+/** The error a takeover records for the attempt whose lease ran out (see the claim). */
+const UNFINISHED_LEASE_TEXT = 'the lease of an earlier attempt ran out before it ended: its worker died or stalled';
 
 /** What the leased claim found, as one row of its statement. */
 interface ClaimRowResult {
@@ -106,10 +110,19 @@ export class LeaseStore {
             where i.status = 'processing' and (i.lease_expires_at is null or i.lease_expires_at <= now())
               and (not ${strictFingerprint}::boolean or i.fingerprint is null or excluded.fingerprint is null or i.fingerprint = excluded.fingerprint)
           returning fencing_token
+        ), died as (
+          -- A takeover: the lease of the attempt before ran out before it ended. Its worker died
+          -- (a kill, out of memory) or stalled, and never counted it: counted here, once.
+          insert into ${this.store.attemptsTable} as a (consumer, message_id, attempts, last_error, last_error_code)
+          select ${this.consumer}, ${row.messageId}, 1, ${UNFINISHED_LEASE_TEXT}, ${InboxErrorCodes.ATTEMPT_UNFINISHED}
+          where exists (select 1 from claim) and exists (select 1 from prior where status = 'processing' and lease_ms is not null)
+          on conflict (consumer, message_id) do update set attempts = a.attempts + 1, last_attempt_at = now()
+          returning attempts
         )
         select (select fencing_token from claim) as token, p.status as prior_status, p.fingerprint as prior_fingerprint,
                p.reason as prior_reason, p.result as prior_result, p.lease_ms as prior_lease_ms,
-               (select a.attempts from ${this.store.attemptsTable} a where a.consumer = ${this.consumer} and a.message_id = ${row.messageId}) as prior_attempts
+               coalesce((select attempts from died),
+                        (select a.attempts from ${this.store.attemptsTable} a where a.consumer = ${this.consumer} and a.message_id = ${row.messageId})) as prior_attempts
         from (select 1) as one left join prior p on true`,
     );
     if (found === undefined) throw new Error('the leased claim returned no row');

@@ -155,7 +155,7 @@ describe.each(DRIVERS)('leased mode on %s', (driver) => {
     expect(await slowWorker({ id: 'm3', payload: { who: 'slow' } })).toMatchObject({ status: 'duplicate', result: { by: 'fast' } });
   });
 
-  it("an overrunning worker at maxAttempts whose claim was taken over is counted but not dead-lettered: the message is its new owner's to finish", async () => {
+  it("an overrunning worker at maxAttempts whose claim was taken over is counted once, by the takeover, and not dead-lettered: the message is its new owner's to finish", async () => {
     const slowEntered = gate();
     const finishSlow = gate();
     const fastEntered = gate();
@@ -172,7 +172,8 @@ describe.each(DRIVERS)('leased mode on %s', (driver) => {
         await finishFast.opened;
       }
     };
-    const options = leased({ leaseMs: 300, fingerprint: false, maxAttempts: 1 });
+    // The takeover counts the overrun attempt (1 of 2), so the new owner still has one to run.
+    const options = leased({ leaseMs: 300, fingerprint: false, maxAttempts: 2 });
     const slow = withInbox<any, { who: string }>(handler, options)({ id: 'over', payload: { who: 'slow' } });
     await slowEntered.opened;
     await sleep(450); // the lease runs out; a redelivered copy takes the claim over and is still at work
@@ -180,11 +181,33 @@ describe.each(DRIVERS)('leased mode on %s', (driver) => {
     await fastEntered.opened;
     finishSlow.open();
     expect(await slow).toMatchObject({ status: 'retry', reason: 'lease-lost', fencingToken: 1 });
-    expect(await attempts('over')).toMatchObject({ attempts: 1, last_error_code: 'LEASE_LOST' }); // counted all the same
+    expect(await attempts('over')).toMatchObject({ attempts: 1, last_error_code: 'LEASE_LOST' }); // counted once: by the takeover, not again here
     finishFast.open();
     expect(await fast).toMatchObject({ status: 'processed', fencingToken: 2, takeover: true });
     expect(await t.query(`select value from "${t.schema}".effects where message_id = 'over'`)).toEqual([{ value: { by: 'fast' } }]);
     expect(await t.query(`select message_id from "${t.schema}".inbox_dead_letters`)).toEqual([]);
+  });
+
+  it('a message whose workers die (their leases run out, they never report): each takeover counts one, and the budget ends it dead-lettered', async () => {
+    const release = gate();
+    let runs = 0;
+    const dies = async () => {
+      runs++;
+      await release.opened; // a dead worker: it never returns while the test looks
+    };
+    const options = leased({ leaseMs: 150, maxAttempts: 2 });
+    const dead = [withInbox(dies, options)({ id: 'kills', payload: {} })];
+    await sleep(300);
+    dead.push(withInbox(dies, options)({ id: 'kills', payload: {} })); // takes over: 1 counted
+    await sleep(300);
+    expect(await attempts('kills')).toMatchObject({ attempts: 1, last_error_code: 'ATTEMPT_UNFINISHED' });
+    const last = await withInbox(dies, options)({ id: 'kills', payload: {} }); // takes over: 2 counted, the budget is spent
+    expect(last).toMatchObject({ status: 'dead-letter', reason: 'max-attempts-exceeded', fencingToken: 3, takeover: true });
+    expect(runs).toBe(2);
+    release.open();
+    // Finishing late, the overtaken workers are fenced off and add nothing: their takeovers counted them.
+    for (const outcome of await Promise.all(dead)) expect(outcome).toMatchObject({ status: 'retry', reason: 'lease-lost' });
+    expect(await t.query(`select count(*)::int as n from "${t.schema}".effects`)).toEqual([{ n: 0 }]);
   });
 
   it('a first claim runs the handler whatever attempts another processor counted; only a message claimed before stops at a spent budget', async () => {

@@ -8,7 +8,7 @@ import { resolveLeaseMs, resolveOptions, type LeasedInboxOptions, type ResolvedO
 import { boundedBusyDelay, isOutcome, outcomeOfExisting, prepareMessage } from '../prepare.js';
 import { completionOf, type Completion } from '../handler-result.js';
 import { parseStoredResult, type StoredResult } from '../stored-result.js';
-import { bodyFailure, claimFailure, type TransactionFailure } from '../transaction-failures.js';
+import { bodyFailure, claimFailure, isCounted, type TransactionFailure } from '../transaction-failures.js';
 import { runInboxTransaction } from '../transaction.js';
 import {
   OutcomeReasons,
@@ -83,6 +83,9 @@ class FencedOff extends Error {}
  *    fence is `retry` with `lease-lost`, not counted, and nothing of it is written;
  * 4. failure: counted in the attempts ledger as in transactional mode, and the claim released so
  *    the next delivery takes it at once (a higher token, `takeover: false`).
+ * An attempt that never got to 3 or 4 (its worker died: a kill, out of memory) is counted by the
+ * claim that takes its expired lease over, so a message that kills every worker ends dead-lettered
+ * once `maxAttempts` are spent (the spent-budget stop below) instead of being taken over for ever.
  */
 export function withLeasedInbox<TDb extends AnyPgDatabase, TPayload>(
   handler: LeasedInboxHandler<TDb, TPayload>,
@@ -258,11 +261,12 @@ export function withLeasedInbox<TDb extends AnyPgDatabase, TPayload>(
   async function failed(message: InboxMessage, lease: Lease, failure: TransactionFailure): Promise<InboxOutcome> {
     const outcome = await outcomeOfFailure(general, store, message, failure);
     const released = await releaseQuietly(message.id, lease.token);
-    // The attempt is counted either way, but when another worker has claimed the message meanwhile
-    // (a takeover of this expired lease) the message is that worker's to finish: dead-lettering this
-    // copy would send a message to the dead-letter target that its new owner may yet process.
-    if (outcome.status === 'dead-letter' && released === false) return leaseLost(message, lease.token);
-    return outcome;
+    if (released !== false) return outcome;
+    // Another worker took the message over meanwhile (this lease ran out). Its takeover counted this
+    // attempt already, so the count made above is taken back; and the message is that worker's to
+    // finish: dead-lettering this copy would send one its new owner may yet process.
+    if (isCounted(failure)) await store.uncountAttempt(db, message.id);
+    return leaseLost(message, lease.token);
   }
 
   const processor = (delivery: InboxMessage, options?: ProcessOptions): Promise<InboxOutcome> =>
