@@ -3,7 +3,7 @@ import { InboxError, InboxErrorCodes, isInboxError } from './errors.js';
 import { checkInboxTables } from './check-tables.js';
 import { recordDeadLetter as recordDeadLetterRow } from './dead-letters.js';
 import { internalFailure, outcomeOfFailure } from './failure.js';
-import { ClaimRaceError, InboxStatementError, InboxStore } from './inbox-store.js';
+import { ClaimRaceError, InboxStore } from './inbox-store.js';
 import { assertHandler, resolveOptions, type InboxOptions, type ResolvedOptions } from './options.js';
 import { isOutcome, outcomeOfExisting, prepareMessage, type KnownRow, type PreparedMessage } from './prepare.js';
 import { rejectionReason } from './rejection.js';

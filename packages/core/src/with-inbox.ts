@@ -1,7 +1,7 @@
 import { checkInboxTables } from './check-tables.js';
 import { recordDeadLetter as recordDeadLetterRow } from './dead-letters.js';
 import { internalFailure, outcomeOfFailure } from './failure.js';
-import { ClaimRaceError, InboxStatementError, InboxStore } from './inbox-store.js';
+import { ClaimRaceError, InboxStore } from './inbox-store.js';
 import { withLeasedInbox, type LeasedInboxHandler } from './leased/with-leased-inbox.js';
 import { assertHandler, resolveOptions, type InboxOptions, type LeasedInboxOptions, type ResolvedOptions } from './options.js';
 import { isOutcome, outcomeOfExisting, prepareMessage } from './prepare.js';
