@@ -179,20 +179,21 @@ describe('inboxed', () => {
     expect(await runCli(['inspect', 'nobody', 'nope', ...db])).toMatchObject({ code: 5, stderr: expect.stringContaining('[UNKNOWN_CONSUMER]') });
   });
 
-  it('release frees a stuck claim (token + 1, lease ended) and clears its attempts, audited with the actor, reason and rows before/after', async () => {
+  it('release frees a stuck claim (token + 1, lease given back) and clears its attempts, audited with the actor, reason and rows before/after', async () => {
     await seed();
     const released = await spawnCli(['release', 'billing', 'stuck', '--reason', 'worker host died', '--actor', 'ops-alice', '--json', ...db]);
     expect(released.code, released.stderr).toBe(0);
     expect(json(released)).toMatchObject({ action: 'release', messageId: 'stuck', audit: { actor: 'ops-alice', reason: 'worker host died' } });
-    expect(await q(`select status, fencing_token, lease_expires_at <= now() as free from $S.inbox where message_id = 'stuck'`)).toEqual([
-      { status: 'processing', fencing_token: 4, free: true },
+    expect(await q(`select status, fencing_token, lease_expires_at is null as given_back from $S.inbox where message_id = 'stuck'`)).toEqual([
+      { status: 'processing', fencing_token: 4, given_back: true },
     ]);
     expect(await q(`select 1 from $S.inbox_attempts where message_id = 'stuck'`)).toEqual([]);
     const [audit] = (await q(`select actor, action, consumer, message_id, reason, before, after from $S.inbox_audit`)) as any[];
     expect(audit).toMatchObject({ actor: 'ops-alice', action: 'release', consumer: 'billing', message_id: 'stuck', reason: 'worker host died' });
     expect(audit.before).toMatchObject({ inbox: { status: 'processing', fencing_token: 3 }, attempts: { attempts: 2, last_error_code: 'HANDLER_FAILED' } });
     expect(audit.after).toMatchObject({ inbox: { status: 'processing', fencing_token: 4 }, attempts: null });
-    expect(Date.parse(audit.after.inbox.lease_expires_at)).toBeLessThan(Date.parse(audit.before.inbox.lease_expires_at));
+    expect(audit.after.inbox.lease_expires_at).toBeNull();
+    expect(audit.before.inbox.lease_expires_at).not.toBeNull();
 
     // The human form, and the release shows up in inspect's repairs.
     const inspected = await runCli(['inspect', 'billing', 'stuck', ...db]);

@@ -68,11 +68,11 @@ describe.each(DRIVERS)('@inboxed/core/admin on %s', (driver) => {
     await expect(inspectMessage(t.db, names, 'nobody', 'nope')).rejects.toMatchObject({ code: InboxErrorCodes.UNKNOWN_CONSUMER });
   });
 
-  it('release revokes a live lease (token + 1, lease expired) and clears attempts, with one audit row in the same transaction', async () => {
+  it('release revokes a live lease (token + 1, lease given back) and clears attempts, with one audit row in the same transaction', async () => {
     const result = await releaseMessage(t.db, names, 'billing', 'stuck', who);
     expect(result.changes).toHaveLength(2);
-    const [row] = await q(`select status, fencing_token, lease_expires_at <= now() as free from $S.inbox where message_id = 'stuck'`);
-    expect(row).toEqual({ status: 'processing', fencing_token: 5, free: true });
+    const [row] = await q(`select status, fencing_token, lease_expires_at is null as given_back from $S.inbox where message_id = 'stuck'`);
+    expect(row).toEqual({ status: 'processing', fencing_token: 5, given_back: true });
     expect(await q(`select 1 from $S.inbox_attempts where message_id = 'stuck'`)).toEqual([]);
     const audit = await q(`select actor, action, consumer, message_id, reason, before, after from $S.inbox_audit`);
     expect(audit).toHaveLength(1);

@@ -78,9 +78,10 @@ function attemptsRemoved(attempts: number): string {
  * Frees a stuck message so its next delivery can run it again. Two things, whichever apply:
  *
  * - an open leased claim (`processing`) whose lease is still live is revoked: its fencing token goes
- *   up by one and its lease ends now. The holder can no longer renew, release or complete it (every
- *   one of those writes is fenced by the token), and the next delivery takes it over as it would
- *   after a crash, with a higher token still;
+ *   up by one and its lease is given back. The holder can no longer renew, release or complete it
+ *   (every one of those writes is fenced by the token), and the next delivery claims it at once, with
+ *   a higher token still, as after a failed attempt: not as the takeover of a worker that died,
+ *   which would count an attempt against the fresh budget below;
  * - its attempts record is deleted, so it gets a fresh retry budget.
  *
  * It never marks anything succeeded, and never touches a completed message: `processed` or
@@ -107,11 +108,11 @@ export async function releaseMessage(
     const changes: string[] = [];
     const expired = await rowsOf<unknown>(
       tx,
-      sql`update ${tables.inbox} set lease_expires_at = now(), fencing_token = fencing_token + 1
+      sql`update ${tables.inbox} set lease_expires_at = null, fencing_token = fencing_token + 1
         where consumer = ${consumer} and message_id = ${messageId} and status = 'processing' and lease_expires_at > now()
         returning 1`,
     );
-    if (expired.length > 0) changes.push('leased claim revoked: fencing token + 1, lease expired now, the next delivery takes it over');
+    if (expired.length > 0) changes.push('leased claim revoked: fencing token + 1, lease given back, the next delivery takes it over');
     const attempts = await deleteAttempts(tx, tables, consumer, messageId);
     if (attempts !== null) changes.push(attemptsRemoved(attempts));
     if (changes.length > 0) return changes;

@@ -11,10 +11,40 @@ type Executable = Pick<AnyPgDatabase, 'execute'>;
 /** The error a takeover records for the attempt whose lease ran out (see the claim). */
 const UNFINISHED_LEASE_TEXT = 'the lease of an earlier attempt ran out before it ended: its worker died or stalled';
 
+/**
+ * The `reason` a claim writes on the row it takes over from an expired lease (a claim that was given
+ * back gets null). Written by `ON CONFLICT DO UPDATE`, which sees the row as it is once its lock is
+ * granted, and read back by RETURNING: the statement's snapshot (its `prior` CTE) may still show a
+ * lease that a release committed while the claim waited for the lock, and counting from it counted
+ * a failed attempt twice (once by its worker, once as "died"). Only an open claim carries it;
+ * completing the claim overwrites it.
+ */
+const TAKEN_OVER = 'lease-expired';
+
+/**
+ * The claim's own instant (`completed_at` of an open claim, set by each claim), as exact ISO text in
+ * UTC whatever the session's DateStyle and TimeZone. Every later write is fenced by it as well as by
+ * the token: a retention purge can delete an abandoned claim, and the next claim of the same id
+ * starts again at token 1, which alone would let a worker that stalled past both the lease and the
+ * retention window complete over the new owner.
+ */
+const CLAIMED_AT = `to_char(completed_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')`;
+
+/** A claim as its holder knows it: every write after the claim must match both. */
+export interface ClaimFence {
+  token: number;
+  /** {@link CLAIMED_AT} of the claim. */
+  claimedAt: string;
+}
+
 /** What the leased claim found, as one row of its statement. */
 interface ClaimRowResult {
   /** The token of the claim this statement made; null when it made none. */
   token: number | null;
+  /** The claim's instant ({@link CLAIMED_AT}); null when it made none. */
+  claimed_at: string | null;
+  /** Whether the claim took over an expired lease, as the row was once locked; null when it made none. */
+  took_over: boolean | null;
   /** The row as it was before the statement (null: there was none). */
   prior_status: string | null;
   prior_fingerprint: string | null;
@@ -32,7 +62,7 @@ export type LeaseClaim =
    * This worker holds the message now, under `token`; `takeover` when an expired lease was taken;
    * `attempts`, the failed attempts already counted for it.
    */
-  | { kind: 'claimed'; token: number; takeover: boolean; attempts: number }
+  | { kind: 'claimed'; token: number; claimedAt: string; takeover: boolean; attempts: number }
   /** The message is completed (or known with another payload): decide as for any existing row. */
   | { kind: 'existing'; status: string; fingerprint: string | null; reason: string | null; result: string | null }
   /** Another worker holds a live lease, or won a claim race this very moment. */
@@ -106,20 +136,22 @@ export class LeaseStore {
           values (${consumer}, ${row.messageId}, ${row.fingerprint}, 'processing', ${row.source ?? null},
                   coalesce(${row.receivedAt?.toISOString() ?? null}::timestamptz, now()), ${lease}, 1, now())
           on conflict (consumer, message_id) do update
-            set fencing_token = i.fencing_token + 1, lease_expires_at = excluded.lease_expires_at, completed_at = now()
+            set fencing_token = i.fencing_token + 1, lease_expires_at = excluded.lease_expires_at, completed_at = now(),
+                reason = case when i.lease_expires_at is null then null else ${TAKEN_OVER} end
             where i.status = 'processing' and (i.lease_expires_at is null or i.lease_expires_at <= now())
               and (not ${strictFingerprint}::boolean or i.fingerprint is null or excluded.fingerprint is null or i.fingerprint = excluded.fingerprint)
-          returning fencing_token
+          returning fencing_token, coalesce(reason = ${TAKEN_OVER}, false) as took_over, ${sql.raw(CLAIMED_AT)} as claimed_at
         ), died as (
           -- A takeover: the lease of the attempt before ran out before it ended. Its worker died
           -- (a kill, out of memory) or stalled, and never counted it: counted here, once.
           insert into ${this.store.attemptsTable} as a (consumer, message_id, attempts, last_error, last_error_code)
           select ${this.consumer}, ${row.messageId}, 1, ${UNFINISHED_LEASE_TEXT}, ${InboxErrorCodes.ATTEMPT_UNFINISHED}
-          where exists (select 1 from claim) and exists (select 1 from prior where status = 'processing' and lease_ms is not null)
+          where exists (select 1 from claim where took_over)
           on conflict (consumer, message_id) do update set attempts = a.attempts + 1, last_attempt_at = now()
           returning attempts
         )
-        select (select fencing_token from claim) as token, p.status as prior_status, p.fingerprint as prior_fingerprint,
+        select (select fencing_token from claim) as token, (select claimed_at from claim) as claimed_at,
+               (select took_over from claim) as took_over, p.status as prior_status, p.fingerprint as prior_fingerprint,
                p.reason as prior_reason, p.result as prior_result, p.lease_ms as prior_lease_ms,
                coalesce((select attempts from died),
                         (select a.attempts from ${this.store.attemptsTable} a where a.consumer = ${this.consumer} and a.message_id = ${row.messageId})) as prior_attempts
@@ -132,7 +164,8 @@ export class LeaseStore {
       return {
         kind: 'claimed',
         token: Number(found.token),
-        takeover: found.prior_status === 'processing' && found.prior_lease_ms !== null,
+        claimedAt: String(found.claimed_at),
+        takeover: found.took_over === true,
         attempts: found.prior_attempts === null ? 0 : Number(found.prior_attempts),
       };
     }
@@ -149,11 +182,11 @@ export class LeaseStore {
   }
 
   /** Extends a claim's lease to `now() + leaseMs`. False when the claim is no longer this token's. */
-  async renew(db: Executable, messageId: string, token: number, leaseMs: number): Promise<boolean> {
+  async renew(db: Executable, messageId: string, fence: ClaimFence, leaseMs: number): Promise<boolean> {
     const rows = await rowsOf<unknown>(
       db,
       sql`update ${this.store.inboxTable} set lease_expires_at = now() + make_interval(secs => ${leaseMs}::float8 / 1000)
-        where consumer = ${this.consumer} and message_id = ${messageId} and fencing_token = ${token}
+        where consumer = ${this.consumer} and message_id = ${messageId} and ${fenced(fence)}
           and status = 'processing' and lease_expires_at is not null
         returning 1`,
     );
@@ -164,11 +197,11 @@ export class LeaseStore {
    * Gives a claim back after a failed attempt, so the next delivery claims it at once (with a higher
    * token) instead of waiting out the lease. False when the claim was no longer this token's.
    */
-  async release(db: Executable, messageId: string, token: number): Promise<boolean> {
+  async release(db: Executable, messageId: string, fence: ClaimFence): Promise<boolean> {
     const rows = await rowsOf<unknown>(
       db,
       sql`update ${this.store.inboxTable} set lease_expires_at = null, completed_at = now()
-        where consumer = ${this.consumer} and message_id = ${messageId} and fencing_token = ${token} and status = 'processing'
+        where consumer = ${this.consumer} and message_id = ${messageId} and ${fenced(fence)} and status = 'processing'
         returning 1`,
     );
     return rows.length === 1;
@@ -182,7 +215,7 @@ export class LeaseStore {
   async complete(
     tx: Executable,
     messageId: string,
-    token: number,
+    fence: ClaimFence,
     completion: { status: 'processed' | 'rejected'; reason: string | null; result: string | null },
   ): Promise<boolean> {
     const rows = await rowsOf<unknown>(
@@ -190,11 +223,16 @@ export class LeaseStore {
       sql`update ${this.store.inboxTable}
         set status = ${completion.status}, reason = ${completion.reason}, result = ${completion.result},
             lease_expires_at = null, completed_at = clock_timestamp()
-        where consumer = ${this.consumer} and message_id = ${messageId} and fencing_token = ${token} and status = 'processing'
+        where consumer = ${this.consumer} and message_id = ${messageId} and ${fenced(fence)} and status = 'processing'
         returning 1`,
     );
     return rows.length === 1;
   }
+}
+
+/** The fence of every write after the claim: this token, and this claim's own instant. */
+function fenced(fence: ClaimFence) {
+  return sql`fencing_token = ${fence.token} and completed_at = ${fence.claimedAt}::timestamptz`;
 }
 
 function isMismatch(stored: string | null, incoming: string | null): boolean {

@@ -19,7 +19,7 @@ function renewingStore(): { store: LeaseStore; renewals: () => number } {
 describe('Lease', () => {
   it('refuses renewLease() once the attempt is over, without asking the database: a leftover heartbeat cannot keep a claim alive', async () => {
     const { store, renewals } = renewingStore();
-    const lease = new Lease(store, {} as AnyPgDatabase, 'm', 3, 60_000, performance.now());
+    const lease = new Lease(store, {} as AnyPgDatabase, 'm', { token: 3, claimedAt: '2026-01-01T00:00:00.000000Z' }, 60_000, performance.now());
     await lease.renew();
     expect(renewals()).toBe(1);
     lease.dispose();

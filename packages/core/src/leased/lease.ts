@@ -1,6 +1,6 @@
 import { InboxError, InboxErrorCodes } from '../errors.js';
 import type { AnyPgDatabase } from '../types.js';
-import type { LeaseStore } from './lease-store.js';
+import type { ClaimFence, LeaseStore } from './lease-store.js';
 
 /** @internal The error a lost lease carries (the signal's reason, `renewLease()`'s rejection, the outcome's error). */
 export function leaseLostError(messageId: string, token: number, why: string): InboxError {
@@ -26,11 +26,16 @@ export class Lease {
     private readonly leases: LeaseStore,
     private readonly db: AnyPgDatabase,
     private readonly messageId: string,
-    readonly token: number,
+    /** The claim this lease is on: its token and instant, which every later write is fenced by. */
+    readonly fence: ClaimFence,
     private readonly leaseMs: number,
     claimSentAt: number,
   ) {
     this.schedule(claimSentAt);
+  }
+
+  get token(): number {
+    return this.fence.token;
   }
 
   /** Fires when the lease is lost; its reason is a `LEASE_LOST` {@link InboxError}. */
@@ -52,7 +57,7 @@ export class Lease {
     if (this.ended) throw leaseLostError(this.messageId, this.token, 'the attempt is over: renewLease() was called after the handler returned');
     if (this.lost) throw this.controller.signal.reason;
     const sentAt = performance.now();
-    const renewed = await this.leases.renew(this.db, this.messageId, this.token, this.leaseMs);
+    const renewed = await this.leases.renew(this.db, this.messageId, this.fence, this.leaseMs);
     if (this.lost) throw this.controller.signal.reason;
     if (this.ended) return; // renewed while the attempt ended: the completion or release has the row now
     if (!renewed) {

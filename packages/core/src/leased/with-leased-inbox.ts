@@ -1,14 +1,14 @@
 import { checkInboxTables } from '../check-tables.js';
 import { recordDeadLetter as recordDeadLetterRow } from '../dead-letters.js';
 import { InboxError, InboxErrorCodes } from '../errors.js';
-import { internalFailure, outcomeOfFailure } from '../failure.js';
+import { infrastructureRetry, internalFailure, outcomeOfFailure } from '../failure.js';
 import { runWithDeadline } from '../handler-deadline.js';
 import { InboxStatementError, InboxStore } from '../inbox-store.js';
 import { resolveLeaseMs, resolveOptions, type LeasedInboxOptions, type ResolvedOptions } from '../options.js';
 import { boundedBusyDelay, isOutcome, outcomeOfExisting, prepareMessage } from '../prepare.js';
 import { completionOf, type Completion } from '../handler-result.js';
 import { parseStoredResult, type StoredResult } from '../stored-result.js';
-import { bodyFailure, claimFailure, isCounted, type TransactionFailure } from '../transaction-failures.js';
+import { bodyFailure, claimFailure, type TransactionFailure } from '../transaction-failures.js';
 import { runInboxTransaction } from '../transaction.js';
 import {
   OutcomeReasons,
@@ -25,7 +25,7 @@ import {
 import type { HandlerResult } from '../with-inbox.js';
 import { idempotencyKeyFor } from './idempotency-key.js';
 import { Lease, leaseLostError } from './lease.js';
-import { LeaseStore } from './lease-store.js';
+import { type ClaimFence, LeaseStore } from './lease-store.js';
 
 /** What a leased handler is handed next to the message. */
 export interface LeasedHandlerContext<TDb extends AnyPgDatabase = AnyPgDatabase> extends HandlerContext {
@@ -136,19 +136,20 @@ export function withLeasedInbox<TDb extends AnyPgDatabase, TPayload>(
     }
 
     const { token, takeover } = claim;
-    const lease = new Lease(leases, db, message.id, token, leaseMs, claimSentAt);
+    const lease = new Lease(leases, db, message.id, { token, claimedAt: claim.claimedAt }, leaseMs, claimSentAt);
     const leased = { fencingToken: token, takeover };
     if (token > 1 && claim.attempts >= resolved.maxAttempts) {
       // The message was claimed before and its budget is spent: typically attempts overtaken one by
       // one by the next copy's takeover (counted, but each claim was no longer theirs to
-      // dead-letter). This claim's holder ends it instead of running the handler once more.
+      // dead-letter). This claim's holder ends it instead of running the handler once more, counting
+      // nothing more: no attempt was made.
       lease.dispose();
       const spent = new InboxError(
         InboxErrorCodes.HANDLER_FAILED,
         `${claim.attempts} attempts were already counted (maxAttempts ${resolved.maxAttempts}); the handler was not run again`,
         { messageIds: [message.id] },
       );
-      return { ...(await failed(message, lease, { kind: 'handler', error: spent })), ...leased };
+      return { ...(await failed(message, lease, { kind: 'handler', error: spent }, true)), ...leased };
     }
     try {
       const completions: ((tx: TransactionOf<TDb>) => unknown)[] = [];
@@ -192,7 +193,7 @@ export function withLeasedInbox<TDb extends AnyPgDatabase, TPayload>(
         body: async (tx) => {
           let completed: boolean;
           try {
-            completed = await leases.complete(tx, message.id, token, completion);
+            completed = await leases.complete(tx, message.id, lease.fence, completion);
           } catch (error) {
             throw new InboxStatementError('complete', error);
           }
@@ -219,7 +220,7 @@ export function withLeasedInbox<TDb extends AnyPgDatabase, TPayload>(
     } catch (error) {
       // inboxed itself failed after the claim committed: give the claim back (fenced) so the
       // redelivery takes it at once instead of answering `busy` until the lease runs out.
-      await releaseQuietly(message.id, token);
+      await releaseQuietly(message.id, lease.fence);
       return { ...internalFailure(general, message, error), ...leased };
     } finally {
       lease.dispose();
@@ -227,15 +228,14 @@ export function withLeasedInbox<TDb extends AnyPgDatabase, TPayload>(
   }
 
   /**
-   * Gives a claim back, fenced by its token: true when released, false when the claim was no longer
-   * this token's, undefined when the database could not be asked (the lease then runs out instead).
+   * Gives a claim back, fenced: true when released, false when the claim was no longer this
+   * worker's, or the error when the database could not be asked (the lease then runs out instead).
    */
-  async function releaseQuietly(messageId: string, token: number): Promise<boolean | undefined> {
+  async function releaseQuietly(messageId: string, fence: ClaimFence): Promise<boolean | { error: unknown }> {
     try {
-      return await leases.release(db, messageId, token);
-    } catch {
-      // The outcome already says what failed; an unreachable database lets the lease run out.
-      return undefined;
+      return await leases.release(db, messageId, fence);
+    } catch (error) {
+      return { error };
     }
   }
 
@@ -255,18 +255,32 @@ export function withLeasedInbox<TDb extends AnyPgDatabase, TPayload>(
 
   /**
    * A failed attempt, judged as in transactional mode (a handler that threw because its lease was
-   * lost is counted too: it ran past `leaseMs` without renewing); the claim is released either way,
-   * fenced, so a claim already taken over is left to its new owner.
+   * lost is counted too: it ran past `leaseMs` without renewing). The claim is given back first,
+   * fenced, and the attempt judged (counted) only if it was still this worker's, so each attempt is
+   * counted once, by exactly one of two parties:
+   * - given back: by this worker, here;
+   * - taken over meanwhile (this lease ran out): by the takeover, which found the lease expired.
+   *   The message is the new owner's to finish: dead-lettering this copy would send one its new
+   *   owner may yet process;
+   * - not given back (the database could not be reached): by the takeover once the lease runs out.
+   *   Counting here too would count it twice (an outage, not counted in transactional mode, then
+   *   costs that one attempt: the takeover cannot tell it from a worker that died).
+   * `countedAhead`: the attempt is already counted (the spent-budget stop); only its outcome is decided.
    */
-  async function failed(message: InboxMessage, lease: Lease, failure: TransactionFailure): Promise<InboxOutcome> {
-    const outcome = await outcomeOfFailure(general, store, message, failure);
-    const released = await releaseQuietly(message.id, lease.token);
-    if (released !== false) return outcome;
-    // Another worker took the message over meanwhile (this lease ran out). Its takeover counted this
-    // attempt already, so the count made above is taken back; and the message is that worker's to
-    // finish: dead-lettering this copy would send one its new owner may yet process.
-    if (isCounted(failure)) await store.uncountAttempt(db, message.id);
-    return leaseLost(message, lease.token);
+  async function failed(message: InboxMessage, lease: Lease, failure: TransactionFailure, countedAhead = false): Promise<InboxOutcome> {
+    const released = await releaseQuietly(message.id, lease.fence);
+    if (released === false) return leaseLost(message, lease.token);
+    if (released !== true) {
+      return infrastructureRetry(
+        general,
+        message,
+        InboxErrorCodes.DATABASE_UNAVAILABLE,
+        OutcomeReasons.DATABASE_UNAVAILABLE,
+        `the attempt failed (${failure.kind}) and its claim could not be given back; the lease runs out and the next delivery's takeover counts it`,
+        released.error,
+      );
+    }
+    return outcomeOfFailure(general, store, message, failure, countedAhead);
   }
 
   const processor = (delivery: InboxMessage, options?: ProcessOptions): Promise<InboxOutcome> =>
