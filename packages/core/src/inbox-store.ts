@@ -409,6 +409,19 @@ export class InboxStore {
     return sql`unnest(${sql.param([...messageIds])}::text[]) as m(id)`;
   }
 
+  /**
+   * How many of `messageIds` have a completed row (not an open leased claim), read after a COMMIT
+   * whose outcome the driver did not report (see drivers/drizzle.ts).
+   */
+  async countCompleted(db: Executable, messageIds: readonly string[]): Promise<number> {
+    const [row] = await rowsOf<{ n: number }>(
+      db,
+      sql`select count(*)::int as n from ${this.inboxName}
+        where consumer = ${this.consumer} and message_id = any(${sql.param([...messageIds])}::text[]) and status <> 'processing'`,
+    );
+    return Number(row?.n ?? 0);
+  }
+
   /** Reads the committed rows of ids that could not be claimed. */
   async find(tx: Executable, messageIds: readonly string[]): Promise<Map<string, ExistingRow>> {
     type Row = { message_id: string; fingerprint: string | null; status: string; reason: string | null; result: string | null; lease_ms: number | null };

@@ -2,9 +2,10 @@ import { classifyDatabaseError } from '../database-errors.js';
 import { type Claimed, checkTargets, type InboxStore } from '../inbox-store.js';
 import type { ResolvedOptions } from '../options.js';
 import { recordClaimOf } from '../telemetry/instruments.js';
-import { bodyFailure, brokenConnectionFailure, claimFailure, completionFailure } from '../transaction-failures.js';
+import { bodyFailure, brokenConnectionFailure, claimFailure, completionFailure, type TransactionFailure } from '../transaction-failures.js';
 import type { TransactionPlan, TransactionResult } from '../transaction.js';
 import type { AnyPgDatabase, TransactionOf } from '../types.js';
+import { postgresJsClient } from './postgres-js.js';
 
 /** Carries a failure of one of the inbox's own steps out of Drizzle's transaction callback. */
 class StepFailure extends Error {
@@ -44,6 +45,7 @@ export async function drizzleTransaction<TDb extends AnyPgDatabase, T>(
   // Written inside the callback: declared with `as` so TypeScript does not narrow them to their initial values.
   let step = 'begin' as 'begin' | 'claim' | 'body' | 'verify' | 'commit';
   let thrownByBody = undefined as { error: unknown } | undefined;
+  let verified: readonly string[] = [];
   try {
     const value = (await options.db.transaction(
       (async (tx: TransactionOf<TDb>) => {
@@ -66,6 +68,7 @@ export async function drizzleTransaction<TDb extends AnyPgDatabase, T>(
           throw error;
         }
         const { ids, tids } = checkTargets(claimed, plan.verifyIds);
+        verified = ids;
         if (ids.length > 0) {
           step = 'verify';
           try {
@@ -79,6 +82,10 @@ export async function drizzleTransaction<TDb extends AnyPgDatabase, T>(
       }) as never,
       config as never,
     )) as T;
+    if (verified.length > 0 && postgresJsClient(options.db) !== undefined) {
+      const lost = await rolledBackAfterCheck(options.db, store, verified);
+      if (lost !== undefined) return { ok: false, failure: lost };
+    }
     return { ok: true, value };
   } catch (error) {
     if (error instanceof StepFailure) {
@@ -99,4 +106,30 @@ export async function drizzleTransaction<TDb extends AnyPgDatabase, T>(
         return { ok: false, failure: completionFailure(error) };
     }
   }
+}
+
+/**
+ * postgres-js resolves its transaction when COMMIT answers, even when the answer is ROLLBACK: a
+ * statement that failed after the completion check (an un-awaited query of the handler, pipelined
+ * behind the check) aborts the transaction, and postgres-js does not read COMMIT's tag. So on
+ * postgres-js the claimed rows are read back after COMMIT, completed: when one is missing, nothing
+ * of the transaction committed, and the attempt is a counted `aborted` failure, never `processed`.
+ * (node-postgres's path reads the tag itself; PGlite reports the ROLLBACK as an error.) If the
+ * database cannot be asked, the outcome is an outage retry: a redelivery finds out which it was.
+ */
+async function rolledBackAfterCheck(db: AnyPgDatabase, store: InboxStore, ids: readonly string[]): Promise<TransactionFailure | undefined> {
+  let committed: number;
+  try {
+    committed = await store.countCompleted(db, ids);
+  } catch (error) {
+    return { kind: 'outage', error };
+  }
+  if (committed === ids.length) return undefined;
+  return {
+    kind: 'aborted',
+    error: new Error(
+      `COMMIT did not commit: ${ids.length - committed} of ${ids.length} claimed rows are not there after it (a statement sent after the handler returned failed?)`,
+    ),
+    firstFailure: undefined,
+  };
 }

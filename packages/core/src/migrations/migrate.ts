@@ -1,4 +1,5 @@
 import { sql } from 'drizzle-orm';
+import { unsupportedPostgresJsSetting } from '../drivers/postgres-js.js';
 import { integer, pgSchema, pgTable, text } from 'drizzle-orm/pg-core';
 import { classifyDatabaseError } from '../database-errors.js';
 import { describeError } from '../error-text.js';
@@ -66,6 +67,8 @@ function historyTable(names: ResolvedTableNames) {
  * ```
  */
 export async function migrate(db: AnyPgDatabase, names: InboxTableNames = {}, options: MigrateOptions = {}): Promise<MigrateResult> {
+  const unsupported = unsupportedPostgresJsSetting(db);
+  if (unsupported !== undefined) throw new InboxError(InboxErrorCodes.INVALID_OPTIONS, `db: ${unsupported}`);
   const resolved = resolveTableNames(names);
   const { partitions, lockTimeoutMs = 10_000 } = options;
   if (lockTimeoutMs !== null && (!Number.isInteger(lockTimeoutMs) || lockTimeoutMs < 1 || lockTimeoutMs > 2_147_483_647)) {

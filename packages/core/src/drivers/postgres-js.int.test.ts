@@ -1,0 +1,83 @@
+import { databaseUrl, type TestDatabase } from '@inboxed/test-support';
+import { sql } from 'drizzle-orm';
+import { drizzle } from 'drizzle-orm/postgres-js';
+import postgres from 'postgres';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { useMigratedDatabase } from '../__tests__/migrated-database.js';
+import { InboxErrorCodes } from '../errors.js';
+import { migrate } from '../migrations/migrate.js';
+import type { InboxMessage } from '../types.js';
+import { withInbox } from '../with-inbox.js';
+import { withInboxBatch } from '../with-inbox-batch.js';
+
+/**
+ * postgres-js pipelines statements and resolves a transaction when COMMIT answers, whatever the
+ * answer: what inboxed must not trust, and the client settings it cannot work under.
+ */
+describe('postgres-js: COMMIT answered with ROLLBACK, and client settings inboxed refuses', () => {
+  const database = useMigratedDatabase('postgres-js', { poolSize: 2 });
+  let t: TestDatabase;
+  beforeEach(() => {
+    t = database.t;
+  });
+  const inboxIds = async () => (await t.query<{ message_id: string }>(`select message_id from "${t.schema}".inbox order by 1`)).map((r) => r.message_id);
+  const attempts = async () =>
+    (await t.query<{ message_id: string; attempts: number }>(`select message_id, attempts from "${t.schema}".inbox_attempts order by 1`)).map((r) => [
+      r.message_id,
+      r.attempts,
+    ]);
+  /** A helper the handler forgets to await: a read, then a write that fails (id 1 is taken). Sent behind the completion check. */
+  const forgottenAudit = async (tx: any, messageId: string) => {
+    await tx.execute(sql`select 1`);
+    await tx.insert(t.effects).values({ id: 1, messageId: `audit-${messageId}` });
+  };
+
+  it('a statement the handler did not await fails after the completion check: the transaction rolled back, so the outcome is a counted failure, never processed', async () => {
+    const process = withInbox(async (message: InboxMessage, tx: any) => {
+      await tx.insert(t.effects).values({ id: 1, messageId: message.id });
+      forgottenAudit(tx, message.id).catch(() => {});
+    }, database.options());
+    const outcome = await process({ id: 'd1', payload: {} });
+    expect(outcome).toMatchObject({ status: 'retry', reason: 'handler-failed', error: { code: InboxErrorCodes.TRANSACTION_ABORTED } });
+    expect(await inboxIds()).toEqual([]);
+    expect(await t.countEffects()).toBe(0);
+    expect(await attempts()).toEqual([['d1', 1]]);
+  });
+
+  it('the same in a batch: no message of the rolled-back batch is reported processed', async () => {
+    const process = withInboxBatch(async (messages: InboxMessage[], tx: any) => {
+      await tx.insert(t.effects).values(messages.map((m, i) => ({ id: i + 1, messageId: m.id })));
+      forgottenAudit(tx, 'batch').catch(() => {});
+    }, database.options());
+    const outcomes = await process(['a', 'b'].map((id) => ({ id, payload: {} })));
+    expect(outcomes.map((o) => o.status)).toEqual(['retry', 'retry']);
+    expect(outcomes.every((o) => o.error?.code === InboxErrorCodes.TRANSACTION_ABORTED)).toBe(true);
+    expect(await inboxIds()).toEqual([]);
+    expect(await t.countEffects()).toBe(0);
+  });
+
+  describe('client settings that rewrite what inboxed reads are refused up front, with INVALID_OPTIONS', () => {
+    const clients: postgres.Sql[] = [];
+    afterEach(async () => {
+      await Promise.all(clients.splice(0).map((client) => client.end()));
+    });
+    const settings: [string, postgres.Options<Record<string, postgres.PostgresType>>][] = [
+      ['transform: postgres.camel', { transform: postgres.camel }],
+      ['a column transform', { transform: { column: { from: postgres.toCamel } } }],
+      ['a value transform', { transform: { value: { from: (value: unknown) => value } } }],
+      ['a row transform', { transform: { row: { from: (row: unknown) => row } } }],
+      ['fetch_types: false', { fetch_types: false }],
+    ];
+    it.each(settings)('%s', async (_name, setting) => {
+      const client = postgres(databaseUrl(), { max: 1, onnotice: () => {}, ...setting });
+      clients.push(client);
+      const db = drizzle(client);
+      const options = { db, consumer: 'c', tables: { schema: t.schema } };
+      const refused = { code: InboxErrorCodes.INVALID_OPTIONS };
+      expect(() => withInbox(async () => {}, options)).toThrow(expect.objectContaining(refused));
+      expect(() => withInboxBatch(async () => {}, options)).toThrow(expect.objectContaining(refused));
+      expect(() => withInbox(async () => {}, { ...options, mode: 'leased' })).toThrow(expect.objectContaining(refused));
+      await expect(migrate(db, { schema: t.schema })).rejects.toMatchObject(refused);
+    });
+  });
+});
