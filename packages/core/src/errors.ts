@@ -32,6 +32,11 @@ export const InboxErrorCodes = {
    * `COMMIT`/`ROLLBACK` ran outside the inbox and are not protected by it.
    */
   TRANSACTION_ENDED: 'TRANSACTION_ENDED',
+  /**
+   * The handler started a `tx.transaction()` (a savepoint) while another of the same transaction was
+   * still open: they would have rolled back each other's writes. Counted as a failed attempt.
+   */
+  OVERLAPPING_SAVEPOINTS: 'OVERLAPPING_SAVEPOINTS',
   /** The handler threw a {@link PermanentError} (or an error classified as permanent). */
   PERMANENT_FAILURE: 'PERMANENT_FAILURE',
   /** The message failed `maxAttempts` times. */

@@ -8,6 +8,7 @@ import { assertHandler, resolveOptions, type InboxOptions, type ResolvedOptions 
 import { isOutcome, outcomeOfExisting, prepareMessage, type KnownRow, type PreparedMessage } from './prepare.js';
 import { rejectionReason } from './rejection.js';
 import { runWithDeadline } from './handler-deadline.js';
+import { watchSavepoints } from './savepoint-watch.js';
 import { runInboxTransaction } from './transaction.js';
 import { AttemptLane, runRedelivered } from './unfinished-attempts.js';
 import type { HandlerResult } from './with-inbox.js';
@@ -183,18 +184,20 @@ export function withInboxBatch<TDb extends AnyPgDatabase, TPayload = unknown>(
           }
         }
         if (fresh.length > 0) {
+          const savepoints = watchSavepoints(tx);
           const rejections = await runWithDeadline(
             resolved.handlerTimeoutMs,
             signal,
             async (signal) =>
               handler(
                 fresh.map((slot) => slot.prepared.message),
-                tx,
+                savepoints.tx,
                 { consumer, signal },
               ),
             abandon,
             consumer,
           );
+          savepoints.check();
           const rejectedIds = rejectionsOf(rejections, new Set(fresh.map((slot) => slot.prepared.message.id)));
           for (const {
             index,

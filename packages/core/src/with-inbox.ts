@@ -9,6 +9,7 @@ import { AttemptLane, runRedelivered } from './unfinished-attempts.js';
 import { completionOf } from './handler-result.js';
 import { runInboxTransaction } from './transaction.js';
 import { runWithDeadline } from './handler-deadline.js';
+import { watchSavepoints } from './savepoint-watch.js';
 import { parseStoredResult, type StoredResult } from './stored-result.js';
 import type {
   AnyPgDatabase,
@@ -129,13 +130,15 @@ function withTransactionalInbox<TDb extends AnyPgDatabase, TPayload>(
           if (existing === undefined) throw new ClaimRaceError(message.id);
           return outcomeOfExisting(general, message, fingerprint, existing);
         }
+        const savepoints = watchSavepoints(tx);
         const returned = await runWithDeadline(
           resolved.handlerTimeoutMs,
           options?.signal,
-          async (signal) => handler(message, tx, { consumer, attempt, signal } satisfies HandlerContext),
+          async (signal) => handler(message, savepoints.tx, { consumer, attempt, signal } satisfies HandlerContext),
           abandon,
           consumer,
         );
+        savepoints.check();
         const completion = completionOf(returned);
         if (completion.status === 'rejected') {
           await store.markRejected(tx, message.id, completion.reason);

@@ -1,0 +1,47 @@
+import { InboxError, InboxErrorCodes } from './errors.js';
+
+type Transaction = { transaction?: (work: (nested: unknown) => unknown, config?: unknown) => Promise<unknown> };
+
+/**
+ * @internal The handler's `tx`, with `tx.transaction(...)` (a savepoint) watched at every level.
+ *
+ * One transaction has one connection and one savepoint stack. Two savepoints of the same level open
+ * at once (`Promise.all([tx.transaction(a), tx.transaction(b)])`) interleave on it: Drizzle names
+ * both alike on node-postgres and PGlite, so one's RELEASE or ROLLBACK TO ends the other's, and on
+ * postgres-js a ROLLBACK TO of one undoes the statements the other sent after it. A savepoint that
+ * reported success then has its writes rolled back, and the message would have been `processed`
+ * without them. So a second `transaction()` started while a sibling is open is refused (the call
+ * rejects with `OVERLAPPING_SAVEPOINTS`), and the attempt fails with that code once the handler
+ * returns, even if the handler caught the rejection: counted like any other failure.
+ */
+export function watchSavepoints<T>(tx: T): { tx: T; check(): void } {
+  let overlap: InboxError | undefined;
+  const watch = <U>(level: U): U => {
+    const original = (level as Transaction).transaction;
+    if (typeof original !== 'function') return level;
+    let open = false;
+    const watched = Object.create(level as object) as Transaction;
+    watched.transaction = (work, config) => {
+      if (open) {
+        overlap ??= new InboxError(
+          InboxErrorCodes.OVERLAPPING_SAVEPOINTS,
+          'tx.transaction() was called while another tx.transaction() of the same transaction was still open: savepoints of one connection cannot run side by side (one would roll back the other). Await each before the next',
+        );
+        return Promise.reject(overlap);
+      }
+      open = true;
+      return original
+        .call(level, (nested: unknown) => work(watch(nested)), config)
+        .finally(() => {
+          open = false;
+        });
+    };
+    return watched as U;
+  };
+  return {
+    tx: watch(tx),
+    check: () => {
+      if (overlap !== undefined) throw overlap;
+    },
+  };
+}
