@@ -52,6 +52,26 @@ describe.each(DRIVERS)('tx.transaction() side by side on %s', (driver) => {
     expect(await attempts()).toEqual([['s1', 1, InboxErrorCodes.OVERLAPPING_SAVEPOINTS]]);
   });
 
+  it('uncaught, the refusal arrives once the open savepoint settled: its writes roll back with the transaction, none run after it', async () => {
+    const process = withInbox(async (message: InboxMessage, tx: any) => {
+      await Promise.all([
+        tx.transaction(async (nested: any) => {
+          await nested.execute(sql`select pg_sleep(0.05)`);
+          await nested.insert(t.effects).values({ messageId: message.id, value: 'first' });
+          await nested.insert(t.effects).values({ messageId: message.id, value: 'second' });
+        }),
+        tx.transaction(async (nested: any) => {
+          await nested.insert(t.effects).values({ messageId: message.id, value: 'never' });
+        }),
+      ]);
+    }, database.options());
+    const outcome = await process({ id: 'u1', payload: {} });
+    expect(outcome).toMatchObject({ status: 'retry', error: { code: InboxErrorCodes.OVERLAPPING_SAVEPOINTS } });
+    await new Promise((resolve) => setTimeout(resolve, 200)); // anything sent late would have landed by now
+    expect(await t.countEffects()).toBe(0);
+    expect(await inboxIds()).toEqual([]);
+  });
+
   it('in a batch too: every message of it retries, counted', async () => {
     const process = withInboxBatch(async (messages: InboxMessage[], tx: any) => {
       await sideBySide(tx, messages[0]!.id);

@@ -13,28 +13,35 @@ type Transaction = { transaction?: (work: (nested: unknown) => unknown, config?:
  * without them. So a second `transaction()` started while a sibling is open is refused (the call
  * rejects with `OVERLAPPING_SAVEPOINTS`), and the attempt fails with that code once the handler
  * returns, even if the handler caught the rejection: counted like any other failure.
+ *
+ * The refusal is delivered only once the open sibling has settled. Rejected at once, it would end a
+ * `Promise.all` and the handler while the sibling still runs; on postgres-js inboxed's ROLLBACK is
+ * then pipelined before the sibling's statements, which run after it, outside the transaction.
  */
 export function watchSavepoints<T>(tx: T): { tx: T; check(): void } {
   let overlap: InboxError | undefined;
   const watch = <U>(level: U): U => {
     const original = (level as Transaction).transaction;
     if (typeof original !== 'function') return level;
-    let open = false;
+    let open: Promise<unknown> | undefined;
     const watched = Object.create(level as object) as Transaction;
     watched.transaction = (work, config) => {
-      if (open) {
+      if (open !== undefined) {
         overlap ??= new InboxError(
           InboxErrorCodes.OVERLAPPING_SAVEPOINTS,
           'tx.transaction() was called while another tx.transaction() of the same transaction was still open: savepoints of one connection cannot run side by side (one would roll back the other). Await each before the next',
         );
-        return Promise.reject(overlap);
+        const refusal = overlap;
+        const refuse = () => Promise.reject(refusal);
+        return open.then(refuse, refuse);
       }
-      open = true;
-      return original
+      const running = original
         .call(level, (nested: unknown) => work(watch(nested)), config)
         .finally(() => {
-          open = false;
+          open = undefined;
         });
+      open = running;
+      return running;
     };
     return watched as U;
   };
