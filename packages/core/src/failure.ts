@@ -68,7 +68,7 @@ function describeCounted(failure: TransactionFailure, permanent: boolean, transa
  */
 export async function outcomeOfFailure(
   options: ResolvedOptions<AnyPgDatabase, unknown>,
-  store: InboxStore,
+  store: Pick<InboxStore, 'recordFailure' | 'uncountAttempt'>,
   message: InboxMessage,
   failure: TransactionFailure,
   countedAhead = false,

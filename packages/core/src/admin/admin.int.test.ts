@@ -68,7 +68,7 @@ describe.each(DRIVERS)('@inboxed/core/admin on %s', (driver) => {
     await expect(inspectMessage(t.db, names, 'nobody', 'nope')).rejects.toMatchObject({ code: InboxErrorCodes.UNKNOWN_CONSUMER });
   });
 
-  it('release revokes a live lease (token + 1, lease given back) and clears attempts, with one audit row in the same transaction', async () => {
+  it('release revokes a live or expired lease (token + 1, lease given back) and clears attempts, with one audit row in the same transaction', async () => {
     const result = await releaseMessage(t.db, names, 'billing', 'stuck', who);
     expect(result.changes).toHaveLength(2);
     const [row] = await q(`select status, fencing_token, lease_expires_at is null as given_back from $S.inbox where message_id = 'stuck'`);
@@ -83,10 +83,14 @@ describe.each(DRIVERS)('@inboxed/core/admin on %s', (driver) => {
     expect(after.attempts).toBeNull();
     expect(after.inbox).toMatchObject({ status: 'processing', fencing_token: 5 });
     expect(result.audit.actor).toBe('alice');
-    // An expired claim with attempts: only the attempts go; nothing left to do afterwards.
+    // A claim whose lease already ran out (its holder died) is given back too: otherwise the next
+    // delivery would take it over and count the dead attempt against the fresh budget.
+    expect((await releaseMessage(t.db, names, 'billing', 'expired', who)).changes).toHaveLength(1);
+    const [expired] = await q(`select fencing_token, lease_expires_at is null as given_back from $S.inbox where message_id = 'expired'`);
+    expect(expired).toEqual({ fencing_token: 3, given_back: true });
     await expect(releaseMessage(t.db, names, 'billing', 'expired', who)).rejects.toMatchObject({ code: InboxErrorCodes.NOTHING_TO_RELEASE });
     await expect(releaseMessage(t.db, names, 'billing', 'stuck', who)).rejects.toMatchObject({ code: InboxErrorCodes.NOTHING_TO_RELEASE });
-    expect(await q(`select count(*)::int as n from $S.inbox_audit`)).toEqual([{ n: 1 }]);
+    expect(await q(`select count(*)::int as n from $S.inbox_audit`)).toEqual([{ n: 2 }]);
   });
 
   it('never releases or requeues a completed message, and writes no audit row for a refusal', async () => {

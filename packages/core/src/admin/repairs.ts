@@ -77,8 +77,8 @@ function attemptsRemoved(attempts: number): string {
 /**
  * Frees a stuck message so its next delivery can run it again. Two things, whichever apply:
  *
- * - an open leased claim (`processing`) whose lease is still live is revoked: its fencing token goes
- *   up by one and its lease is given back. The holder can no longer renew, release or complete it
+ * - an open leased claim (`processing`) whose lease is live or ran out is revoked: its fencing token
+ *   goes up by one and its lease is given back. The holder can no longer renew, release or complete it
  *   (every one of those writes is fenced by the token), and the next delivery claims it at once, with
  *   a higher token still, as after a failed attempt: not as the takeover of a worker that died,
  *   which would count an attempt against the fresh budget below;
@@ -109,15 +109,14 @@ export async function releaseMessage(
     const expired = await rowsOf<unknown>(
       tx,
       sql`update ${tables.inbox} set lease_expires_at = null, fencing_token = fencing_token + 1
-        where consumer = ${consumer} and message_id = ${messageId} and status = 'processing' and lease_expires_at > now()
+        where consumer = ${consumer} and message_id = ${messageId} and status = 'processing' and lease_expires_at is not null
         returning 1`,
     );
     if (expired.length > 0) changes.push('leased claim revoked: fencing token + 1, lease given back, the next delivery takes it over');
     const attempts = await deleteAttempts(tx, tables, consumer, messageId);
     if (attempts !== null) changes.push(attemptsRemoved(attempts));
     if (changes.length > 0) return changes;
-    const state =
-      before.inbox === null ? 'it has no inbox row' : `its claim is not live (lease ${before.inbox.lease_expires_at === null ? 'given back' : 'expired'})`;
+    const state = before.inbox === null ? 'it has no inbox row' : 'its claim was given back already';
     throw await notFound(
       tx,
       tables,

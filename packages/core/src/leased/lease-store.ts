@@ -1,5 +1,6 @@
 import { sql } from 'drizzle-orm';
-import type { ClaimRow, InboxStore } from '../inbox-store.js';
+import { storableText } from '../error-text.js';
+import type { AttemptRecord, ClaimRow, InboxStore } from '../inbox-store.js';
 import { InboxErrorCodes } from '../errors.js';
 import { rowsOf } from '../query-rows.js';
 import { Attr, recordClaim } from '../telemetry/instruments.js';
@@ -205,6 +206,43 @@ export class LeaseStore {
         returning 1`,
     );
     return rows.length === 1;
+  }
+
+  /**
+   * Gives a failed attempt's claim back and counts the attempt, in one statement: both or neither.
+   * Undefined (nothing done) when the claim was no longer this worker's. Two statements left a
+   * window: a claim taken between them read the count before this attempt's, ran the handler once
+   * past `maxAttempts`, and a failure between them was never counted at all. `counted`: the attempt
+   * was counted already (its error is recorded, the count left as it is).
+   */
+  async releaseCounting(
+    db: Executable,
+    messageId: string,
+    fence: ClaimFence,
+    error: { message: string; code: string },
+    counted: boolean,
+  ): Promise<AttemptRecord | undefined> {
+    const attempts = this.store.attemptsTable;
+    const [row] = await rowsOf<{ released: boolean; attempts: number | null; first_ms: number | null; last_ms: number | null }>(
+      db,
+      sql`with released as (
+          update ${this.store.inboxTable} set lease_expires_at = null, completed_at = now()
+          where consumer = ${this.consumer} and message_id = ${messageId} and ${fenced(fence)} and status = 'processing'
+          returning 1
+        ), counted as (
+          insert into ${attempts} as a (consumer, message_id, attempts, last_error, last_error_code)
+          select ${this.consumer}, ${messageId}, 1, ${storableText(error.message, 4000)}, ${storableText(error.code, 100)}
+          where exists (select 1 from released)
+          on conflict (consumer, message_id) do update
+            set attempts = a.attempts + ${counted ? 0 : 1}, last_attempt_at = now(), last_error = excluded.last_error, last_error_code = excluded.last_error_code
+          returning attempts, first_attempt_at, last_attempt_at
+        )
+        select exists (select 1 from released) as released, c.attempts,
+               (extract(epoch from c.first_attempt_at) * 1000)::float8 as first_ms, (extract(epoch from c.last_attempt_at) * 1000)::float8 as last_ms
+        from (select 1) as one left join counted c on true`,
+    );
+    if (row?.released !== true || row.attempts === null) return undefined;
+    return { attempts: Number(row.attempts), firstAttemptAt: new Date(Number(row.first_ms)), lastAttemptAt: new Date(Number(row.last_ms)) };
   }
 
   /**

@@ -255,19 +255,33 @@ export function withLeasedInbox<TDb extends AnyPgDatabase, TPayload>(
 
   /**
    * A failed attempt, judged as in transactional mode (a handler that threw because its lease was
-   * lost is counted too: it ran past `leaseMs` without renewing). The claim is given back first,
-   * fenced, and the attempt judged (counted) only if it was still this worker's, so each attempt is
-   * counted once, by exactly one of two parties:
-   * - given back: by this worker, here;
+   * lost is counted too: it ran past `leaseMs` without renewing). Each attempt is counted once, by
+   * exactly one of two parties:
+   * - still this worker's claim: given back and counted here, in one statement (both or neither);
    * - taken over meanwhile (this lease ran out): by the takeover, which found the lease expired.
-   *   The message is the new owner's to finish: dead-lettering this copy would send one its new
-   *   owner may yet process;
+   *   Nothing is done here, and the message is the new owner's to finish: dead-lettering this copy
+   *   would send one its new owner may yet process;
    * - not given back (the database could not be reached): by the takeover once the lease runs out.
-   *   Counting here too would count it twice (an outage, not counted in transactional mode, then
-   *   costs that one attempt: the takeover cannot tell it from a worker that died).
+   *   (An outage, not counted in transactional mode, then costs that one attempt: the takeover
+   *   cannot tell it from a worker that died.)
+   * A failure that is not counted (an outage, a busy row) only gives the claim back.
    * `countedAhead`: the attempt is already counted (the spent-budget stop); only its outcome is decided.
    */
   async function failed(message: InboxMessage, lease: Lease, failure: TransactionFailure, countedAhead = false): Promise<InboxOutcome> {
+    let held: boolean | undefined;
+    const counting = {
+      recordFailure: async (_ledger: unknown, messageId: string, error: { message: string; code: string }, counted?: boolean) => {
+        const record = await leases.releaseCounting(db, messageId, lease.fence, error, counted === true);
+        held = record !== undefined;
+        if (record === undefined) throw leaseLostError(messageId, lease.token, 'the claim was taken over before this attempt was counted');
+        return record;
+      },
+      uncountAttempt: (ledger: Parameters<InboxStore['uncountAttempt']>[0], messageId: string) => store.uncountAttempt(ledger, messageId),
+    };
+    const outcome = await outcomeOfFailure(general, counting, message, failure, countedAhead);
+    if (held === false) return leaseLost(message, lease.token);
+    if (held === true) return outcome;
+    // Not counted here: an uncounted failure, or the counting statement did not go through.
     const released = await releaseQuietly(message.id, lease.fence);
     if (released === false) return leaseLost(message, lease.token);
     if (released !== true) {
@@ -280,7 +294,7 @@ export function withLeasedInbox<TDb extends AnyPgDatabase, TPayload>(
         released.error,
       );
     }
-    return outcomeOfFailure(general, store, message, failure, countedAhead);
+    return outcome;
   }
 
   const processor = (delivery: InboxMessage, options?: ProcessOptions): Promise<InboxOutcome> =>
