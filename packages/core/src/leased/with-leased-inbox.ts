@@ -210,11 +210,10 @@ export function withLeasedInbox<TDb extends AnyPgDatabase, TPayload>(
             : { ...base, status: 'processed', result: parseStoredResult(completion.result) };
       }
       if (result.failure.kind === 'handler' && result.failure.error instanceof FencedOff) {
-        // Overtaken although this worker finished within its lease (the completion reached the
-        // server just after the lease ended there): not this attempt's failure. A handler that ran
-        // past its lease is counted like any other, so one that always overruns ends in dead-letter.
-        if (!lease.lost) return { ...leaseLost(message, token), ...leased };
-        return { ...(await failed(message, lease, bodyFailure(lease.signal.reason))), ...leased };
+        // The claim changed hands: the fence refused the completion, and would refuse a release or a
+        // count just the same. The takeover counted this attempt if it ran past its lease (so one
+        // that always overruns still ends in dead-letter); one that finished in time is not counted.
+        return { ...leaseLost(message, token), ...leased };
       }
       return { ...(await failed(message, lease, result.failure)), ...leased };
     } catch (error) {
