@@ -91,23 +91,30 @@ function firstOf(rollbackError: unknown, connectionProblem: unknown): unknown {
 
 /**
  * The client the handler's Drizzle transaction talks through: the same connection, but it remembers
- * the first statement that failed, so a handler that swallowed that failure is told which one it was.
+ * the first statement that failed, so a handler that swallowed that failure is told which one it was,
+ * and it refuses statements once closed. Drizzle's session calls nothing but `query` on it. A class
+ * of its own rather than `Object.create(client)`: that would make each pooled client a prototype
+ * with a map of its own, and every property read in node-postgres's client code would go
+ * megamorphic, for every user of the pool.
  */
-function observedClient(client: PgPoolClient, onFailure: (error: unknown) => void): { client: PgPoolClient; close(): void } {
-  const observed = Object.create(client) as PgPoolClient;
-  let closed = false;
-  observed.query = ((...args: unknown[]) => {
-    if (closed) return refuseLateStatement(args);
-    const result = (client.query as (...a: unknown[]) => unknown).apply(client, args);
-    if (typeof (result as Promise<unknown> | undefined)?.then === 'function') (result as Promise<unknown>).then(undefined, onFailure);
+class ObservedClient {
+  private closed = false;
+
+  constructor(
+    private readonly client: PgPoolClient,
+    private readonly onFailure: (error: unknown) => void,
+  ) {}
+
+  query(...args: unknown[]): unknown {
+    if (this.closed) return refuseLateStatement(args);
+    const result = (this.client.query as (...a: unknown[]) => unknown).apply(this.client, args);
+    if (typeof (result as Promise<unknown> | undefined)?.then === 'function') (result as Promise<unknown>).then(undefined, this.onFailure);
     return result;
-  }) as PgPoolClient['query'];
-  return {
-    client: observed,
-    close: () => {
-      closed = true;
-    },
-  };
+  }
+
+  close(): void {
+    this.closed = true;
+  }
 }
 
 /**
@@ -193,10 +200,10 @@ export async function nodePostgresTransaction<TDb extends AnyPgDatabase, T>(
 
     let firstFailure: unknown;
     const { session } = target;
-    const handlerClient = observedClient(client, (error) => {
+    const handlerClient = new ObservedClient(client, (error) => {
       firstFailure ??= error;
     });
-    const clientSession = new NodePgSession(handlerClient.client as never, session.dialect as never, session.schema as never, session.options as never);
+    const clientSession = new NodePgSession(handlerClient as never, session.dialect as never, session.schema as never, session.options as never);
     const tx = new NodePgTransaction(session.dialect as never, clientSession, session.schema as never);
     // A handler past its deadline that ignores its signal: cut the connection under it, so its
     // later statements fail instead of running on a connection the pool hands to someone else.
