@@ -3,7 +3,7 @@ import { getTableConfig } from 'drizzle-orm/pg-core';
 import { InboxErrorCodes } from './errors.js';
 import { describeError, storableText } from './error-text.js';
 import { qualifiedName } from './qualified-name.js';
-import { rowsOf } from './query-rows.js';
+import { rowsIn, rowsOf } from './query-rows.js';
 import type { InboxTables } from './schema.js';
 import type { AnyPgDatabase } from './types.js';
 
@@ -123,6 +123,12 @@ const TID_SCAN_ONLY = "select set_config('enable_seqscan', 'off', true)";
 function verdictText(found: string, n: number): string {
   return `case when ${found} = ${n} and txid_current_if_assigned() is not null then 0
       else ('${CLAIM_LOST_MARKER} ' || ${found} || '/${n}' || case when txid_current_if_assigned() is null then ' (no transaction)' else '' end)::int end`;
+}
+
+/** The `xid` column of the completion check's row, when it was asked for (see {@link InboxStore.verify}). */
+function xidIn(result: unknown): string | null {
+  const xid = rowsIn<{ xid?: unknown }>(result)[0]?.xid;
+  return typeof xid === 'string' ? xid : null;
 }
 
 /** A SQL literal quoted by the driver's own escaping (node-postgres' `escapeLiteral`). */
@@ -358,12 +364,17 @@ export class InboxStore {
    * reads moderately sized partitions whole instead. So is an inbox on an engine without `ctid`
    * (see {@link pinSchema}); the claim then returns no tuple ids at all.
    */
-  verify(tx: Executable, messageIds: readonly string[], claimedTids: readonly string[] = []): Promise<unknown> {
+  verify(tx: Executable, messageIds: readonly string[], claimedTids: readonly string[] = [], reportXid = false): Promise<string | null> {
     const n = messageIds.length;
+    // The transaction's id, for a driver that does not say whether COMMIT committed (see drivers/drizzle.ts).
+    const xid = reportXid ? sql`, pg_current_xact_id_if_assigned()::text as xid` : sql``;
+    const answer = reportXid ? xidIn : () => null;
     if (n === 1) {
-      return tx.execute(
-        sql`select ${sql.raw(verdictText('count(*)', 1))} from ${this.inboxName} where consumer = ${this.consumer} and message_id = ${messageIds[0]!}`,
-      );
+      return tx
+        .execute(
+          sql`select ${sql.raw(verdictText('count(*)', 1))} as verdict${xid} from ${this.inboxName} where consumer = ${this.consumer} and message_id = ${messageIds[0]!}`,
+        )
+        .then(answer);
     }
     const tids = this.byTupleId === true ? claimedTids : [];
     const ids = sql`${sql.param([...messageIds])}::text[]`;
@@ -375,10 +386,22 @@ export class InboxStore {
         : sql`(select count(*) from (select consumer, message_id from ${this.inboxName} where ctid = any(${sql.param([...tids])}::text[]::tid[]) offset 0) as here
             where here.consumer = ${this.consumer} and here.message_id = any(${ids})) = ${n}`;
     const check = sql`select case when txid_current_if_assigned() is not null and ${inPlace} then 0
-        else (select ${sql.raw(verdictText('probed.found', n))} from ${probes} as probed(found)) end`;
-    if (tids.length === 0) return tx.execute(check);
+        else (select ${sql.raw(verdictText('probed.found', n))} from ${probes} as probed(found)) end as verdict${xid}`;
+    if (tids.length === 0) return tx.execute(check).then(answer);
     // Sent together (postgres-js pipelines them); see TID_SCAN_ONLY.
-    return Promise.all([tx.execute(sql.raw(TID_SCAN_ONLY)), tx.execute(check)]);
+    return Promise.all([tx.execute(sql.raw(TID_SCAN_ONLY)), tx.execute(check)]).then(([, checked]) => answer(checked));
+  }
+
+  /**
+   * Whether the transaction `xid` (from {@link verify}) committed, asked after its COMMIT: `true`
+   * committed, `false` rolled back. Only the server's commit log answers this for one transaction;
+   * reading the claimed rows back would also find rows a concurrent copy committed.
+   */
+  async committed(db: Executable, xid: string): Promise<boolean> {
+    const [row] = await rowsOf<{ status: string | null }>(db, sql`select pg_xact_status(${xid}::xid8) as status`);
+    if (row?.status === 'committed') return true;
+    if (row?.status === 'aborted') return false;
+    throw new Error(`pg_xact_status(${xid}) answered ${String(row?.status)} after COMMIT`);
   }
 
   /** {@link verify} as inline-literal text, to send in one round trip with COMMIT. */
@@ -407,19 +430,6 @@ export class InboxStore {
   /** `unnest` of ids as `m(id)`, for the LATERAL lookups of {@link find}. */
   private ids(messageIds: readonly string[]): SQL {
     return sql`unnest(${sql.param([...messageIds])}::text[]) as m(id)`;
-  }
-
-  /**
-   * How many of `messageIds` have a completed row (not an open leased claim), read after a COMMIT
-   * whose outcome the driver did not report (see drivers/drizzle.ts).
-   */
-  async countCompleted(db: Executable, messageIds: readonly string[]): Promise<number> {
-    const [row] = await rowsOf<{ n: number }>(
-      db,
-      sql`select count(*)::int as n from ${this.inboxName}
-        where consumer = ${this.consumer} and message_id = any(${sql.param([...messageIds])}::text[]) and status <> 'processing'`,
-    );
-    return Number(row?.n ?? 0);
   }
 
   /** Reads the committed rows of ids that could not be claimed. */

@@ -1,3 +1,4 @@
+import { refuseUnsupportedClient } from './drivers/postgres-js.js';
 import { sql, type SQL } from 'drizzle-orm';
 import { defaultLogger, type InboxLogger, safeLogger } from './adapter/logger.js';
 import { classifyDatabaseError } from './database-errors.js';
@@ -95,6 +96,7 @@ function validate(options: InboxRetentionOptions): { jitter: number; statementTi
  * ```
  */
 export function startInboxRetention(db: AnyPgDatabase, options: InboxRetentionOptions): InboxRetention {
+  refuseUnsupportedClient(db, 'startInboxRetention');
   const { jitter, statementTimeoutMs } = validate(options);
   const plan: PurgePlan = planPurge({ ...options, maxBatches: options.maxBatchesPerRun ?? Number.POSITIVE_INFINITY });
   const statements = purgeStatements(plan);

@@ -154,7 +154,7 @@ export async function purgeInbox(db: AnyPgDatabase, options: PurgeOptions): Prom
   const run = (statement: SQL) => deleteBatch(db, statement);
   const { schema, name } = getTableConfig(plan.tables.inbox);
   // Database failures become the one error model (DATABASE_UNAVAILABLE, INBOX_TABLE_MISSING, INBOX_QUERY_FAILED).
-  return adminOperation('purgeInbox', { schema, table: name }, async () => {
+  return adminOperation('purgeInbox', db, { schema, table: name }, async () => {
     const inbox = await runBatches(statements.inbox, plan, run);
     const attempts = await runBatches(statements.attempts, plan, run);
     return { deleted: inbox.deleted, attemptsDeleted: attempts.deleted };

@@ -1,5 +1,6 @@
 import { type SQL, sql } from 'drizzle-orm';
 import { classifyDatabaseError } from '../database-errors.js';
+import { refuseUnsupportedClient } from '../drivers/postgres-js.js';
 import { describeError } from '../error-text.js';
 import { InboxError, InboxErrorCodes, isInboxError } from '../errors.js';
 import { isWellFormed } from '../unicode.js';
@@ -50,9 +51,18 @@ export function adminKey(value: unknown, what: 'consumer' | 'messageId'): string
 /**
  * @internal Runs an admin operation, turning database failures into the one error model: a missing
  * table or column `INBOX_TABLE_MISSING` (run `migrate`), an outage `DATABASE_UNAVAILABLE`, anything
- * else `INBOX_QUERY_FAILED`. InboxErrors (refusals) pass through unchanged.
+ * else `INBOX_QUERY_FAILED`. InboxErrors (refusals) pass through unchanged. A postgres-js client
+ * whose settings rewrite what the admin statements read is refused first (`INVALID_OPTIONS`): read
+ * through it, a row's fields come back renamed, and a status, a purge count or a repair's decision
+ * would rest on fields that look missing.
  */
-export async function adminOperation<T>(operation: string, names: Pick<ResolvedTableNames, 'schema' | 'table'>, run: () => Promise<T>): Promise<T> {
+export async function adminOperation<T>(
+  operation: string,
+  db: unknown,
+  names: Pick<ResolvedTableNames, 'schema' | 'table'>,
+  run: () => Promise<T>,
+): Promise<T> {
+  refuseUnsupportedClient(db, operation);
   try {
     return await run();
   } catch (error) {

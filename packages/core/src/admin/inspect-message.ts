@@ -41,7 +41,7 @@ export async function inspectMessage(db: AnyPgDatabase, names: InboxTableNames, 
   const tables = adminTables(names);
   adminKey(consumer, 'consumer');
   adminKey(messageId, 'messageId');
-  return adminOperation('inspect', tables.resolved, async () => {
+  return adminOperation('inspect', db, tables.resolved, async () => {
     const rows = await readMessageRows(db, tables, consumer, messageId, false);
     const deadLetters = await rowsOf<{ row: JsonRow }>(
       db,

@@ -26,7 +26,7 @@ export async function listDeadLetters(db: AnyPgDatabase, names: InboxTableNames 
     throw new InboxError(InboxErrorCodes.INVALID_OPTIONS, 'since must be a valid Date in the years 1 to 9999');
   const consumer = options.consumer === undefined ? sql`` : sql` and consumer = ${adminKey(options.consumer, 'consumer')}`;
   const since = options.since === undefined ? sql`` : sql` and dead_lettered_at >= ${options.since.toISOString()}::timestamptz`;
-  return adminOperation('dead-letters', tables.resolved, async () => {
+  return adminOperation('dead-letters', db, tables.resolved, async () => {
     const rows = await rowsOf<{ row: JsonRow }>(
       db,
       sql`select to_jsonb(d) as row from ${tables.deadLetters} d where true${consumer}${since} order by dead_lettered_at desc, id desc limit ${limit}`,

@@ -19,7 +19,7 @@ export async function pendingMigrations(db: AnyPgDatabase, names: InboxTableName
   const tables = adminTables(names);
   const { schema, table } = tables.resolved;
   const history = schema === undefined ? `"${table}_migrations"` : `"${schema}"."${table}_migrations"`;
-  return adminOperation('migrate --check', tables.resolved, async () => {
+  return adminOperation('migrate --check', db, tables.resolved, async () => {
     const [found] = await rowsOf<{ exists: boolean }>(db, sql`select to_regclass(${history}) is not null as exists`);
     const applied = new Set<number>();
     if (found?.exists === true) {

@@ -31,7 +31,7 @@ export async function previewPurge(db: AnyPgDatabase, names: InboxTableNames, op
   const cutoff = cutoffOf(retentionWindow(options.olderThanMs));
   const tables = adminTables(names);
   const scope = options.consumer === undefined ? sql`true` : sql`consumer = ${adminKey(options.consumer, 'consumer')}`;
-  return adminOperation('purge --dry-run', tables.resolved, async () => {
+  return adminOperation('purge --dry-run', db, tables.resolved, async () => {
     const [row] = await rowsOf<{ inbox: number; attempts: number }>(
       db,
       sql`select (select count(*)::int from ${tables.inbox}
@@ -67,7 +67,7 @@ export async function auditedPurge(
     throw new InboxError(InboxErrorCodes.INVALID_OPTIONS, 'a purge needs a non-empty actor');
   const tables = adminTables(names);
   const batchSize = options.batchSize ?? 1000;
-  return adminOperation('purge', tables.resolved, async () => {
+  return adminOperation('purge', db, tables.resolved, async () => {
     const purgeOptions = {
       olderThanMs: options.olderThanMs,
       batchSize,

@@ -57,7 +57,7 @@ function auditedRepair(
   adminKey(consumer, 'consumer');
   adminKey(messageId, 'messageId');
   const tables = adminTables(names);
-  return adminOperation(action, tables.resolved, () =>
+  return adminOperation(action, db, tables.resolved, () =>
     db.transaction(async (tx) => {
       const before = await readMessageRows(tx, tables, consumer, messageId, true);
       assertNotCompleted(before, consumer, messageId, action);

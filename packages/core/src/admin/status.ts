@@ -60,7 +60,7 @@ export async function inboxStatus(db: AnyPgDatabase, names: InboxTableNames = {}
   if (!Number.isInteger(failingLimit) || failingLimit < 0) throw new InboxError(InboxErrorCodes.INVALID_OPTIONS, 'failingLimit must be an integer >= 0');
   const consumer = options.consumer === undefined ? undefined : adminKey(options.consumer, 'consumer');
   const scope = consumer === undefined ? sql`true` : sql`consumer = ${consumer}`;
-  return adminOperation('status', tables.resolved, async () => {
+  return adminOperation('status', db, tables.resolved, async () => {
     const counts = await rowsOf<CountRow>(
       db,
       sql`with i as (

@@ -45,7 +45,9 @@ export async function drizzleTransaction<TDb extends AnyPgDatabase, T>(
   // Written inside the callback: declared with `as` so TypeScript does not narrow them to their initial values.
   let step = 'begin' as 'begin' | 'claim' | 'body' | 'verify' | 'commit';
   let thrownByBody = undefined as { error: unknown } | undefined;
-  let verified: readonly string[] = [];
+  // postgres-js only: the transaction's id, read by the completion check, to ask after COMMIT whether it committed.
+  const reportXid = postgresJsClient(options.db) !== undefined;
+  let xid: string | null = null;
   try {
     const value = (await options.db.transaction(
       (async (tx: TransactionOf<TDb>) => {
@@ -68,11 +70,10 @@ export async function drizzleTransaction<TDb extends AnyPgDatabase, T>(
           throw error;
         }
         const { ids, tids } = checkTargets(claimed, plan.verifyIds);
-        verified = ids;
         if (ids.length > 0) {
           step = 'verify';
           try {
-            await store.verify(tx, ids, tids);
+            xid = await store.verify(tx, ids, tids, reportXid);
           } catch (error) {
             throw new StepFailure('verify', error);
           }
@@ -82,8 +83,8 @@ export async function drizzleTransaction<TDb extends AnyPgDatabase, T>(
       }) as never,
       config as never,
     )) as T;
-    if (verified.length > 0 && postgresJsClient(options.db) !== undefined) {
-      const lost = await rolledBackAfterCheck(options.db, store, verified);
+    if (xid !== null) {
+      const lost = await rolledBackAfterCheck(options.db, store, xid);
       if (lost !== undefined) return { ok: false, failure: lost };
     }
     return { ok: true, value };
@@ -112,23 +113,26 @@ export async function drizzleTransaction<TDb extends AnyPgDatabase, T>(
  * postgres-js resolves its transaction when COMMIT answers, even when the answer is ROLLBACK: a
  * statement that failed after the completion check (an un-awaited query of the handler, pipelined
  * behind the check) aborts the transaction, and postgres-js does not read COMMIT's tag. So on
- * postgres-js the claimed rows are read back after COMMIT, completed: when one is missing, nothing
- * of the transaction committed, and the attempt is a counted `aborted` failure, never `processed`.
- * (node-postgres's path reads the tag itself; PGlite reports the ROLLBACK as an error.) If the
- * database cannot be asked, the outcome is an outage retry: a redelivery finds out which it was.
+ * postgres-js the completion check also reads the transaction's id, and after COMMIT the server's
+ * commit log is asked whether that transaction committed. When it rolled back, the attempt is a
+ * counted `aborted` failure, never `processed`. (Reading the claimed rows back instead would be
+ * fooled by a concurrent copy that committed the same ids after our COMMIT rolled back: its effect,
+ * our label and our stored result.) node-postgres's path reads the tag itself; PGlite reports the
+ * ROLLBACK as an error. If the database cannot be asked, the outcome is an outage retry: a
+ * redelivery finds out which it was.
  */
-async function rolledBackAfterCheck(db: AnyPgDatabase, store: InboxStore, ids: readonly string[]): Promise<TransactionFailure | undefined> {
-  let committed: number;
+async function rolledBackAfterCheck(db: AnyPgDatabase, store: InboxStore, xid: string): Promise<TransactionFailure | undefined> {
+  let committed: boolean;
   try {
-    committed = await store.countCompleted(db, ids);
+    committed = await store.committed(db, xid);
   } catch (error) {
     return { kind: 'outage', error };
   }
-  if (committed === ids.length) return undefined;
+  if (committed) return undefined;
   return {
     kind: 'aborted',
     error: new Error(
-      `COMMIT did not commit: ${ids.length - committed} of ${ids.length} claimed rows are not there after it (a statement sent after the handler returned failed?)`,
+      `COMMIT did not commit: transaction ${xid} rolled back after the completion check passed (a statement sent after the handler returned failed?)`,
     ),
     firstFailure: undefined,
   };

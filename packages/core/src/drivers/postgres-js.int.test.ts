@@ -4,7 +4,11 @@ import { drizzle } from 'drizzle-orm/postgres-js';
 import postgres from 'postgres';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { useMigratedDatabase } from '../__tests__/migrated-database.js';
+import { inboxStatus, inspectMessage, listDeadLetters, pendingMigrations, previewPurge, releaseMessage, requeueMessage } from '../admin/index.js';
 import { InboxErrorCodes } from '../errors.js';
+import { inspectLeases } from '../leased/lease-report.js';
+import { purgeInbox } from '../retention.js';
+import { startInboxRetention } from '../retention-scheduler.js';
 import { migrate } from '../migrations/migrate.js';
 import type { InboxMessage } from '../types.js';
 import { withInbox } from '../with-inbox.js';
@@ -15,7 +19,7 @@ import { withInboxBatch } from '../with-inbox-batch.js';
  * answer: what inboxed must not trust, and the client settings it cannot work under.
  */
 describe('postgres-js: COMMIT answered with ROLLBACK, and client settings inboxed refuses', () => {
-  const database = useMigratedDatabase('postgres-js', { poolSize: 2 });
+  const database = useMigratedDatabase('postgres-js', { poolSize: 4 });
   let t: TestDatabase;
   beforeEach(() => {
     t = database.t;
@@ -42,6 +46,26 @@ describe('postgres-js: COMMIT answered with ROLLBACK, and client settings inboxe
     expect(await inboxIds()).toEqual([]);
     expect(await t.countEffects()).toBe(0);
     expect(await attempts()).toEqual([['d1', 1]]);
+  });
+
+  it('a copy waiting on the claim commits the same id once our COMMIT rolled back: the outcome is still our counted failure, not processed', async () => {
+    // The copy: another session's claim of the same id, queued on our uncommitted row. When our
+    // transaction rolls back it goes through and commits, racing our look after COMMIT. Reading the
+    // rows back would find its row and call our rolled-back attempt processed.
+    let copy: Promise<unknown> | undefined;
+    const process = withInbox(async (message: InboxMessage, tx: any) => {
+      await tx.insert(t.effects).values({ id: 1, messageId: message.id });
+      copy = t.query(`insert into "${t.schema}".inbox (consumer, message_id, status) values ('c', 'd2', 'processed') on conflict do nothing`);
+      const queued = `select 1 from pg_stat_activity where wait_event_type = 'Lock' and query like 'insert into "${t.schema}".inbox%'`;
+      await expect.poll(async () => (await t.query(queued)).length).toBe(1);
+      forgottenAudit(tx, message.id).catch(() => {});
+    }, database.options());
+    const outcome = await process({ id: 'd2', payload: {} });
+    await copy;
+    expect(outcome).toMatchObject({ status: 'retry', reason: 'handler-failed', error: { code: InboxErrorCodes.TRANSACTION_ABORTED } });
+    expect(await inboxIds()).toEqual(['d2']); // the copy's row
+    expect(await t.countEffects()).toBe(0); // our effect rolled back
+    expect(await attempts()).toEqual([['d2', 1]]);
   });
 
   it('the same in a batch: no message of the rolled-back batch is reported processed', async () => {
@@ -78,6 +102,20 @@ describe('postgres-js: COMMIT answered with ROLLBACK, and client settings inboxe
       expect(() => withInboxBatch(async () => {}, options)).toThrow(expect.objectContaining(refused));
       expect(() => withInbox(async () => {}, { ...options, mode: 'leased' })).toThrow(expect.objectContaining(refused));
       await expect(migrate(db, { schema: t.schema })).rejects.toMatchObject(refused);
+      // The operations' functions read the inbox's rows by name too: a status, a purge count or a
+      // repair's decision read through this client would rest on fields that look missing.
+      const names = { schema: t.schema };
+      const repair = { reason: 'test', actor: 'test' };
+      await expect(inboxStatus(db, names)).rejects.toMatchObject(refused);
+      await expect(listDeadLetters(db, names)).rejects.toMatchObject(refused);
+      await expect(inspectMessage(db, names, 'c', 'm')).rejects.toMatchObject(refused);
+      await expect(pendingMigrations(db, names)).rejects.toMatchObject(refused);
+      await expect(releaseMessage(db, names, 'c', 'm', repair)).rejects.toMatchObject(refused);
+      await expect(requeueMessage(db, names, 'c', 'm', repair)).rejects.toMatchObject(refused);
+      await expect(previewPurge(db, names, { olderThanMs: 60_000 })).rejects.toMatchObject(refused);
+      await expect(purgeInbox(db, { olderThanMs: 60_000, tables: names })).rejects.toMatchObject(refused);
+      await expect(inspectLeases(db, { tables: names })).rejects.toMatchObject(refused);
+      expect(() => startInboxRetention(db, { olderThanMs: 60_000, everyMs: 60_000, tables: names })).toThrow(expect.objectContaining(refused));
     });
   });
 });

@@ -1,3 +1,5 @@
+import { InboxError, InboxErrorCodes } from '../errors.js';
+
 /** The parts of a postgres-js `sql` instance inboxed looks at (`db.$client`), duck-typed: core loads no driver it does not need. */
 interface PostgresJsClient {
   unsafe: unknown;
@@ -39,4 +41,10 @@ export function unsupportedPostgresJsSetting(db: unknown): string | undefined {
     return 'the postgres-js client was created with fetch_types: false: inboxed sends id lists as arrays, which need the array types postgres-js fetches. Leave fetch_types on';
   }
   return undefined;
+}
+
+/** @internal Throws `INVALID_OPTIONS` when `db` is a postgres-js client inboxed cannot read through (see {@link unsupportedPostgresJsSetting}). */
+export function refuseUnsupportedClient(db: unknown, operation: string): void {
+  const unsupported = unsupportedPostgresJsSetting(db);
+  if (unsupported !== undefined) throw new InboxError(InboxErrorCodes.INVALID_OPTIONS, `${operation}: ${unsupported}`);
 }

@@ -1,3 +1,4 @@
+import { refuseUnsupportedClient } from '../drivers/postgres-js.js';
 import { sql } from 'drizzle-orm';
 import { qualifiedName } from '../qualified-name.js';
 import { rowsOf } from '../query-rows.js';
@@ -25,6 +26,7 @@ export interface LeaseReport {
  * growing": workers crash mid-call; "oldest age keeps growing": a message never completes).
  */
 export async function inspectLeases(db: AnyPgDatabase, options: { consumer?: string; tables?: InboxTableNames | InboxTables } = {}): Promise<LeaseReport> {
+  refuseUnsupportedClient(db, 'inspectLeases');
   const tables = options.tables !== undefined && 'inbox' in options.tables ? options.tables : createInboxTables(options.tables);
   const inbox = sql.raw(qualifiedName(tables.inbox));
   const scope = options.consumer === undefined ? sql`` : sql` and consumer = ${options.consumer}`;
