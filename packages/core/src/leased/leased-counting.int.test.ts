@@ -169,6 +169,23 @@ describe('leased mode: the fence and the attempt count under races (node-postgre
     expect(await attemptsOf('b1')).toMatchObject({ attempts: 1, last_error_code: InboxErrorCodes.HANDLER_FAILED });
   });
 
+  it('a give-back refused for a reason other than an outage says so: inbox tables changed under the consumer are INBOX_TABLE_MISSING, not DATABASE_UNAVAILABLE', async () => {
+    // The handler fails while a migration renames a column the give-back and the count both use.
+    const process = withInbox(
+      async () => {
+        await q(`alter table "${t.schema}".inbox rename column fencing_token to fencing_token_old`);
+        throw new Error('provider answered 500');
+      },
+      leased({ leaseMs: 60_000 }),
+    );
+    const outcome = await process({ id: 'm1', payload: {} });
+    expect(outcome).toMatchObject({ status: 'retry', error: { code: InboxErrorCodes.INBOX_TABLE_MISSING } });
+    await q(`alter table "${t.schema}".inbox rename column fencing_token_old to fencing_token`);
+    // Nothing was counted and the claim is still held: its lease runs out and the takeover counts it.
+    expect(await attemptsOf('m1')).toBeUndefined();
+    expect(await inboxRow('m1')).toMatchObject({ status: 'processing', leased: true });
+  });
+
   it('the spent-budget stop counts no attempt of its own: attempts stay at maxAttempts', async () => {
     const hold = gate();
     let runs = 0;

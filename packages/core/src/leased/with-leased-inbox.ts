@@ -1,4 +1,5 @@
 import { checkInboxTables } from '../check-tables.js';
+import { classifyDatabaseError } from '../database-errors.js';
 import { recordDeadLetter as recordDeadLetterRow } from '../dead-letters.js';
 import { InboxError, InboxErrorCodes } from '../errors.js';
 import { infrastructureRetry, internalFailure, outcomeOfFailure } from '../failure.js';
@@ -284,11 +285,20 @@ export function withLeasedInbox<TDb extends AnyPgDatabase, TPayload>(
     const released = await releaseQuietly(message.id, lease.fence);
     if (released === false) return leaseLost(message, lease.token);
     if (released !== true) {
+      // Said as what the database answered: an outage, inbox tables that changed under the
+      // consumer (a migration in progress), or an inbox statement that failed for another reason.
+      const kind = classifyDatabaseError(released.error);
+      const [code, reason] =
+        kind === 'unavailable'
+          ? [InboxErrorCodes.DATABASE_UNAVAILABLE, OutcomeReasons.DATABASE_UNAVAILABLE]
+          : kind === 'schema-missing'
+            ? [InboxErrorCodes.INBOX_TABLE_MISSING, OutcomeReasons.INBOX_TABLE_MISSING]
+            : [InboxErrorCodes.INBOX_QUERY_FAILED, OutcomeReasons.INBOX_QUERY_FAILED];
       return infrastructureRetry(
         general,
         message,
-        InboxErrorCodes.DATABASE_UNAVAILABLE,
-        OutcomeReasons.DATABASE_UNAVAILABLE,
+        code,
+        reason,
         `the attempt failed (${failure.kind}) and its claim could not be given back; the lease runs out and the next delivery's takeover counts it`,
         released.error,
       );
