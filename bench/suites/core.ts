@@ -38,6 +38,7 @@ import {
   type RunStats,
 } from '../bench-kit.js';
 import { runLines, type Sample, settle } from '../broker-harness.js';
+import { InMemoryPool } from '../in-memory-pool.js';
 // Internal pieces of core, timed in isolation for the Node CPU split (not public API): typed from
 // the source, loaded from the build that `pnpm bench` makes first, as the lines above run it.
 type FingerprintModule = typeof import('../../packages/core/src/fingerprint.js');
@@ -156,6 +157,8 @@ export default async function run(): Promise<void> {
       });
     }
 
+    await reportPerMessageSplit();
+
     const batches = BATCH_MESSAGES / BATCH_SIZE;
     const batchRun = (work: () => Promise<void>) => async (): Promise<Sample> => {
       await fresh();
@@ -218,6 +221,69 @@ function line(
     ...(options.target !== undefined ? { target: options.target } : {}),
     ...(options.note !== undefined ? { note: options.note } : {}),
   });
+}
+
+/**
+ * Where inboxed's Node CPU per message goes in per-message mode (withInbox c8). The same handler
+ * runs bare and under withInbox on an in-memory stand-in for the pool (see in-memory-pool.ts): the
+ * difference there is the JavaScript inboxed adds (validation, fingerprint, SQL text, the
+ * transaction's bookkeeping), with nothing else in it; withInbox with `fingerprint: false` on it
+ * gives the fingerprint's share. Set against the real lines' difference, the rest is what the driver
+ * and the kernel add for inboxed's statements (longer ones to send, more results to parse).
+ */
+async function reportPerMessageSplit(): Promise<void> {
+  const db = drizzle(new InMemoryPool(SCHEMA) as unknown as pg.Pool);
+  let seq = 0;
+  const message = (): InboxMessage<Payload> => ({ id: `m-${++seq}`, payload: { amount: seq, currency: 'EUR' } });
+  const handler = async (m: InboxMessage<Payload>, tx: Parameters<Parameters<typeof db.transaction>[0]>[0]) => {
+    await tx.insert(effects).values({ messageId: m.id, payload: m.payload });
+  };
+  const inboxOf = (extra: { fingerprint?: false }) => {
+    const process = withInbox<typeof db, Payload>(handler, { db, consumer: 'bench', tables: { schema: SCHEMA }, ...extra });
+    return async () => {
+      const outcome = await process(message());
+      if (outcome.status !== 'processed') throw new Error(`in-memory withInbox: unexpected ${outcome.status}`, { cause: outcome.error });
+    };
+  };
+  const lines = {
+    bare: () => db.transaction((tx) => handler(message(), tx)),
+    inbox: inboxOf({}),
+    unfingerprinted: inboxOf({ fingerprint: false }),
+  };
+  const perRound = scaled(20_000, 500);
+  const cpuPerMessage = async (work: () => Promise<unknown>, total: number) => {
+    const cpu = process.cpuUsage();
+    await measure(total, 8, async () => void (await work()));
+    return cpuSince(cpu) / total;
+  };
+  for (const work of Object.values(lines)) await cpuPerMessage(work, perRound / 4); // warm-up: JIT
+  const times: Record<keyof typeof lines, number[]> = { bare: [], inbox: [], unfingerprinted: [] };
+  for (let round = 0; round < 5; round++) {
+    for (const name of Object.keys(lines) as (keyof typeof lines)[]) times[name].push(await cpuPerMessage(lines[name], perRound));
+  }
+  const median = (values: number[]) => stats(values).median;
+  const [memoryBare, memoryInbox, memoryUnfingerprinted] = [median(times.bare), median(times.inbox), median(times.unfingerprinted)];
+  const cpuOf = (mode: string) => reportedLines().find((l) => l.suite === 'core' && l.mode === mode)?.cpuUsPerMessage;
+  const bare = cpuOf('bare transaction c8');
+  const inboxed = cpuOf('withInbox c8');
+  const us = (n: number | undefined) => (n === undefined ? '-' : n.toFixed(1));
+  const added = bare === undefined || inboxed === undefined ? undefined : inboxed - bare;
+  const javascript = memoryInbox - memoryBare;
+  const table = [
+    '| Node CPU per message, per-message mode (c8) | µs |',
+    '|---|--:|',
+    `| bare transaction c8 | ${us(bare)} |`,
+    `| withInbox c8 | ${us(inboxed)} |`,
+    `| added by inboxed (withInbox - bare) | ${us(added)} |`,
+    `| of which: inboxed's JavaScript (withInbox - bare, both on an in-memory stand-in for the pool: ${us(memoryInbox)} - ${us(memoryBare)}) | ${us(javascript)} |`,
+    `| of which, within that: fingerprint (canonical JSON + SHA-256: withInbox - withInbox with fingerprint: false, there) | ${us(memoryInbox - memoryUnfingerprinted)} |`,
+    `| of which: the rest (the driver and the kernel: inboxed's longer statements to send, their results to parse) | ${us(added === undefined ? undefined : added - javascript)} |`,
+  ].join('\n');
+  console.log(`\n${table}`);
+  reportSection(
+    'core',
+    `Node CPU split, per-message mode (the c8 lines' CPU is the median over their rounds; the stand-in's, over 5 rounds of ${perRound} messages):\n\n${table}`,
+  );
 }
 
 /**
