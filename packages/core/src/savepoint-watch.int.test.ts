@@ -52,7 +52,7 @@ describe.each(DRIVERS)('tx.transaction() side by side on %s', (driver) => {
     expect(await attempts()).toEqual([['s1', 1, InboxErrorCodes.OVERLAPPING_SAVEPOINTS]]);
   });
 
-  it('uncaught, the refusal arrives once the open savepoint settled: its writes roll back with the transaction, none run after it', async () => {
+  it('uncaught, the refusal ends the handler only once the open savepoint settled: its writes roll back with the transaction, none run after it', async () => {
     const process = withInbox(async (message: InboxMessage, tx: any) => {
       await Promise.all([
         tx.transaction(async (nested: any) => {
@@ -70,6 +70,36 @@ describe.each(DRIVERS)('tx.transaction() side by side on %s', (driver) => {
     await new Promise((resolve) => setTimeout(resolve, 200)); // anything sent late would have landed by now
     expect(await t.countEffects()).toBe(0);
     expect(await inboxIds()).toEqual([]);
+  });
+
+  it("tx.transaction() called inside its own savepoint's callback is refused at once: a counted failure, nothing committed, no deadlock", async () => {
+    // The call used to wait for the open savepoint to settle, which was waiting for the call.
+    const process = withInbox(async (message: InboxMessage, tx: any) => {
+      await tx.transaction(async (nested: any) => {
+        await nested.insert(t.effects).values({ messageId: message.id, value: 'outer' });
+        await tx.transaction(async (inner: any) => {
+          await inner.insert(t.effects).values({ messageId: message.id, value: 'inner' });
+        });
+      });
+    }, database.options());
+    const outcome = await process({ id: 'o1', payload: {} });
+    expect(outcome).toMatchObject({ status: 'retry', reason: 'handler-failed', error: { code: InboxErrorCodes.OVERLAPPING_SAVEPOINTS } });
+    expect(await inboxIds()).toEqual([]);
+    expect(await t.countEffects()).toBe(0);
+    expect(await attempts()).toEqual([['o1', 1, InboxErrorCodes.OVERLAPPING_SAVEPOINTS]]);
+  });
+
+  it('a savepoint the handler left running (not awaited) ends inside its transaction: processed with its writes, none after COMMIT', async () => {
+    const process = withInbox(async (message: InboxMessage, tx: any) => {
+      void tx.transaction(async (nested: any) => {
+        await nested.execute(sql`select pg_sleep(0.05)`);
+        await nested.insert(t.effects).values({ messageId: message.id, value: 'late' });
+      });
+    }, database.options());
+    expect(await process({ id: 'f1', payload: {} })).toMatchObject({ status: 'processed' });
+    await new Promise((resolve) => setTimeout(resolve, 200)); // anything sent late would have landed by now
+    expect(await t.countEffects('f1')).toBe(1);
+    expect(await inboxIds()).toEqual(['f1']);
   });
 
   it('in a batch too: every message of it retries, counted', async () => {

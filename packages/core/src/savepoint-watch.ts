@@ -10,47 +10,55 @@ type Transaction = { transaction?: (work: (nested: unknown) => unknown, config?:
  * both alike on node-postgres and PGlite, so one's RELEASE or ROLLBACK TO ends the other's, and on
  * postgres-js a ROLLBACK TO of one undoes the statements the other sent after it. A savepoint that
  * reported success then has its writes rolled back, and the message would have been `processed`
- * without them. So a second `transaction()` started while a sibling is open is refused (the call
- * rejects with `OVERLAPPING_SAVEPOINTS`), and the attempt fails with that code once the handler
- * returns, even if the handler caught the rejection: counted like any other failure.
+ * without them. So a second `transaction()` started while a sibling is open is refused at once (the
+ * call rejects with `OVERLAPPING_SAVEPOINTS`), and the attempt fails with that code once the handler
+ * returns, even if the handler caught the rejection: counted like any other failure. The same holds
+ * for `tx.transaction()` called inside its own open savepoint's callback (use the callback's
+ * `nested.transaction()` for a nested savepoint): on node-postgres and PGlite its savepoint has the
+ * open one's name, so a later ROLLBACK TO would stop at the wrong one.
  *
- * The refusal is delivered only once the open sibling has settled. Rejected at once, it would end a
- * `Promise.all` and the handler while the sibling still runs; on postgres-js inboxed's ROLLBACK is
- * then pipelined before the sibling's statements, which run after it, outside the transaction.
+ * The refusal itself is immediate: waiting for the open sibling would deadlock when the call comes
+ * from inside that sibling's callback. Instead the handler is not done until every savepoint it
+ * opened has settled ({@link settled}, awaited before its transaction ends): otherwise an uncaught
+ * refusal would end a `Promise.all`, and the handler, while the sibling still runs; on postgres-js
+ * inboxed's ROLLBACK would then be pipelined before the sibling's statements, which would run after
+ * it, outside the transaction.
  */
-export function watchSavepoints<T>(tx: T): { tx: T; check(): void } {
+export function watchSavepoints<T>(tx: T): { tx: T; settled(): Promise<void>; check(): void } {
   let overlap: InboxError | undefined;
+  const open = new Set<Promise<unknown>>();
   const watch = <U>(level: U): U => {
     const original = (level as Transaction).transaction;
     if (typeof original !== 'function') return level;
-    let open: Promise<unknown> | undefined;
+    let running: Promise<unknown> | undefined;
     // The watch is an own property of this level's transaction object, not a wrapper made with
     // `Object.create(level)`: that would turn every transaction into a prototype with a map of its
     // own, and each of Drizzle's property reads on `tx` would go megamorphic (measured: about 40%
     // more Node CPU per message).
     const watched = level as Transaction;
     watched.transaction = (work, config) => {
-      if (open !== undefined) {
+      if (running !== undefined) {
         overlap ??= new InboxError(
           InboxErrorCodes.OVERLAPPING_SAVEPOINTS,
-          'tx.transaction() was called while another tx.transaction() of the same transaction was still open: savepoints of one connection cannot run side by side (one would roll back the other). Await each before the next',
+          'tx.transaction() was called while another tx.transaction() of the same level was still open: savepoints of one connection cannot run side by side (one would roll back the other). Await each before the next, and inside a savepoint use its own nested.transaction()',
         );
-        const refusal = overlap;
-        const refuse = () => Promise.reject(refusal);
-        return open.then(refuse, refuse);
+        return Promise.reject(overlap);
       }
-      const running = original
-        .call(level, (nested: unknown) => work(watch(nested)), config)
-        .finally(() => {
-          open = undefined;
-        });
-      open = running;
-      return running;
+      const call: Promise<unknown> = Promise.resolve(original.call(level, (nested: unknown) => work(watch(nested)), config)).finally(() => {
+        running = undefined;
+        open.delete(call);
+      });
+      running = call;
+      open.add(call);
+      return call;
     };
     return watched as U;
   };
   return {
     tx: watch(tx),
+    settled: async () => {
+      while (open.size > 0) await Promise.allSettled([...open]);
+    },
     check: () => {
       if (overlap !== undefined) throw overlap;
     },

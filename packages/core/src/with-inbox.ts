@@ -134,7 +134,13 @@ function withTransactionalInbox<TDb extends AnyPgDatabase, TPayload>(
         const returned = await runWithDeadline(
           resolved.handlerTimeoutMs,
           options?.signal,
-          async (signal) => handler(message, savepoints.tx, { consumer, attempt, signal } satisfies HandlerContext),
+          async (signal) => {
+            try {
+              return await handler(message, savepoints.tx, { consumer, attempt, signal } satisfies HandlerContext);
+            } finally {
+              await savepoints.settled(); // its savepoints end inside its transaction, even those it left running
+            }
+          },
           abandon,
           consumer,
         );
