@@ -116,6 +116,12 @@ describe('postgres-js: COMMIT answered with ROLLBACK, and client settings inboxe
       await expect(purgeInbox(db, { olderThanMs: 60_000, tables: names })).rejects.toMatchObject(refused);
       await expect(inspectLeases(db, { tables: names })).rejects.toMatchObject(refused);
       expect(() => startInboxRetention(db, { olderThanMs: 60_000, everyMs: 60_000, tables: names })).toThrow(expect.objectContaining(refused));
+      // A transaction of that client hides its settings: the operations functions refuse any postgres-js transaction.
+      await db.transaction(async (tx) => {
+        await expect(inboxStatus(tx, names)).rejects.toMatchObject(refused);
+        await expect(inspectMessage(tx, names, 'c', 'm')).rejects.toMatchObject(refused);
+        await expect(inspectLeases(tx, { tables: names })).rejects.toMatchObject(refused);
+      });
     });
   });
 });

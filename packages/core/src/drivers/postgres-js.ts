@@ -43,8 +43,28 @@ export function unsupportedPostgresJsSetting(db: unknown): string | undefined {
   return undefined;
 }
 
-/** @internal Throws `INVALID_OPTIONS` when `db` is a postgres-js client inboxed cannot read through (see {@link unsupportedPostgresJsSetting}). */
+/**
+ * True for a Drizzle transaction over postgres-js passed where a database goes: its scoped `sql`
+ * (`unsafe`, `savepoint`, no `begin`) does not carry the client's options, so a `transform` or
+ * `fetch_types: false` cannot be seen through it.
+ */
+function isPostgresJsTransaction(db: unknown): boolean {
+  const client: unknown = (db as { session?: { client?: unknown } } | null)?.session?.client;
+  if (typeof client !== 'function') return false;
+  const { unsafe, savepoint, begin } = client as unknown as Record<string, unknown>;
+  return typeof unsafe === 'function' && typeof savepoint === 'function' && typeof begin !== 'function';
+}
+
+/**
+ * @internal Throws `INVALID_OPTIONS` when `db` is a postgres-js client inboxed cannot read through
+ * (see {@link unsupportedPostgresJsSetting}), or a postgres-js transaction, whose client's settings
+ * cannot be checked (the operations functions read rows by name: pass them the database).
+ */
 export function refuseUnsupportedClient(db: unknown, operation: string): void {
-  const unsupported = unsupportedPostgresJsSetting(db);
+  const unsupported =
+    unsupportedPostgresJsSetting(db) ??
+    (isPostgresJsTransaction(db)
+      ? "db is a transaction of a postgres-js client, whose settings (a transform, fetch_types) cannot be checked through it; pass the Drizzle database itself: inboxed's operations run their own statements"
+      : undefined);
   if (unsupported !== undefined) throw new InboxError(InboxErrorCodes.INVALID_OPTIONS, `${operation}: ${unsupported}`);
 }
