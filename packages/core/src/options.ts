@@ -179,6 +179,15 @@ export function resolveOptions<TDb extends AnyPgDatabase, TPayload>(
   if (db === null || typeof db !== 'object' || typeof (db as { transaction?: unknown }).transaction !== 'function') {
     invalid('options.db must be a Drizzle PostgreSQL database (node-postgres, postgres-js or PGlite)');
   }
+  if (typeof (db as { rollback?: unknown }).rollback === 'function') {
+    // A Drizzle transaction (PgTransaction has rollback(), a database has not): inboxed's COMMIT
+    // would only release a savepoint, and `processed` would be reported while the effect could
+    // still roll back with the caller's transaction.
+    invalid(
+      'options.db is a Drizzle transaction: inboxed must own the transaction that commits the claim with the effect, ' +
+        'or a message could be acked as processed and then rolled back with yours. Pass the database itself.',
+    );
+  }
   if (isSingleNodePgClient(db)) {
     invalid(
       'options.db is a Drizzle database over a single node-postgres Client: concurrent deliveries would share one ' +

@@ -197,3 +197,17 @@ describe('a single node-postgres Client', () => {
     }
   });
 });
+
+describe.each(DRIVERS)('a Drizzle transaction passed as options.db on %s', (driver) => {
+  const database = useMigratedDatabase(driver);
+  it('is refused with INVALID_OPTIONS: inboxed would only release a savepoint, and report processed while the caller could still roll back', async () => {
+    const { t } = database;
+    const refused = { code: InboxErrorCodes.INVALID_OPTIONS, message: expect.stringMatching(/Drizzle transaction/) };
+    await t.db.transaction(async (tx: any) => {
+      const options = { db: tx, consumer: 'c', tables: { schema: t.schema } };
+      expect(() => withInbox(async () => {}, options)).toThrowError(expect.objectContaining(refused));
+      expect(() => withInboxBatch(async () => {}, options)).toThrowError(expect.objectContaining(refused));
+      expect(() => withInbox(async () => {}, { ...options, mode: 'leased' })).toThrowError(expect.objectContaining(refused));
+    });
+  });
+});
