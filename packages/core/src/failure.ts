@@ -29,6 +29,22 @@ export function infrastructureRetry(
   };
 }
 
+/**
+ * @internal The code and reason of an inbox statement that failed for no fault of the message, by
+ * what the database answered: away (`DATABASE_UNAVAILABLE`), inbox tables missing or changed
+ * (`INBOX_TABLE_MISSING`), or anything else (`INBOX_QUERY_FAILED`).
+ */
+export function inboxStatementFailure(error: unknown): [InboxErrorCode, string] {
+  switch (classifyDatabaseError(error)) {
+    case 'unavailable':
+      return [InboxErrorCodes.DATABASE_UNAVAILABLE, OutcomeReasons.DATABASE_UNAVAILABLE];
+    case 'schema-missing':
+      return [InboxErrorCodes.INBOX_TABLE_MISSING, OutcomeReasons.INBOX_TABLE_MISSING];
+    default:
+      return [InboxErrorCodes.INBOX_QUERY_FAILED, OutcomeReasons.INBOX_QUERY_FAILED];
+  }
+}
+
 /** Whether a handler error is permanent. A throwing `isPermanent` counts as "no", and is reported. */
 function permanence(options: ResolvedOptions<AnyPgDatabase, unknown>, error: unknown): { permanent: boolean; problem?: unknown } {
   if (isPermanentError(error)) return { permanent: true };
@@ -111,13 +127,9 @@ export async function outcomeOfFailure(
   try {
     record = await store.recordFailure(options.db, message.id, { message: stored, code: String(code) }, countedAhead);
   } catch (recordError) {
-    const kind = classifyDatabaseError(recordError);
-    if (!permanent && (kind === 'unavailable' || kind === 'schema-missing')) {
+    const [retryCode, reason] = inboxStatementFailure(recordError);
+    if (!permanent && retryCode !== InboxErrorCodes.INBOX_QUERY_FAILED) {
       // Nothing can be counted while the database is away: that is an outage, not a failed attempt.
-      const [retryCode, reason] =
-        kind === 'schema-missing'
-          ? [InboxErrorCodes.INBOX_TABLE_MISSING, OutcomeReasons.INBOX_TABLE_MISSING]
-          : [InboxErrorCodes.DATABASE_UNAVAILABLE, OutcomeReasons.DATABASE_UNAVAILABLE];
       return infrastructureRetry(options, message, retryCode, reason, `${text}; and the attempt could not be recorded`, recordError);
     }
     notRecorded = recordError;

@@ -1,6 +1,6 @@
 import type { BackoffOptions } from './backoff.js';
 import { isSingleNodePgClient } from './drivers/node-postgres.js';
-import { unsupportedPostgresJsSetting } from './drivers/postgres-js.js';
+import { refuseUnsupportedClient } from './drivers/postgres-js.js';
 import { describeError } from './error-text.js';
 import { InboxError, InboxErrorCodes } from './errors.js';
 import type { FingerprintOption } from './fingerprint.js';
@@ -195,8 +195,7 @@ export function resolveOptions<TDb extends AnyPgDatabase, TPayload>(
         'Pass a Pool instead: drizzle(new Pool({ connectionString })).',
     );
   }
-  const unsupported = unsupportedPostgresJsSetting(db);
-  if (unsupported !== undefined) invalid(`options.db: ${unsupported}`);
+  refuseUnsupportedClient(db, 'options.db');
   if (typeof consumer !== 'string' || consumer.trim() === '' || Buffer.byteLength(consumer) > 200 || !isStorableText(consumer)) {
     invalid('options.consumer must be a non-empty string of at most 200 bytes, without NUL or lone surrogates');
   }

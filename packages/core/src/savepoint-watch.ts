@@ -19,12 +19,12 @@ type Transaction = { transaction?: (work: (nested: unknown) => unknown, config?:
  *
  * The refusal itself is immediate: waiting for the open sibling would deadlock when the call comes
  * from inside that sibling's callback. Instead the handler is not done until every savepoint it
- * opened has settled ({@link settled}, awaited before its transaction ends): otherwise an uncaught
+ * opened has settled (`run` awaits them before its transaction ends): otherwise an uncaught
  * refusal would end a `Promise.all`, and the handler, while the sibling still runs; on postgres-js
  * inboxed's ROLLBACK would then be pipelined before the sibling's statements, which would run after
  * it, outside the transaction.
  */
-export function watchSavepoints<T>(tx: T): { tx: T; settled(): Promise<void>; check(): void } {
+export function watchSavepoints<T>(tx: T): { tx: T; run<R>(handler: () => R | Promise<R>): Promise<R>; check(): void } {
   let overlap: InboxError | undefined;
   const open = new Set<Promise<unknown>>();
   const watch = <U>(level: U): U => {
@@ -56,8 +56,13 @@ export function watchSavepoints<T>(tx: T): { tx: T; settled(): Promise<void>; ch
   };
   return {
     tx: watch(tx),
-    settled: async () => {
-      while (open.size > 0) await Promise.allSettled([...open]);
+    /** Calls the handler; done once it and every savepoint it started have settled, even those it left running. */
+    run: async (handler) => {
+      try {
+        return await handler();
+      } finally {
+        while (open.size > 0) await Promise.allSettled([...open]);
+      }
     },
     check: () => {
       if (overlap !== undefined) throw overlap;

@@ -188,17 +188,14 @@ export function withInboxBatch<TDb extends AnyPgDatabase, TPayload = unknown>(
           const rejections = await runWithDeadline(
             resolved.handlerTimeoutMs,
             signal,
-            async (signal) => {
-              try {
-                return await handler(
+            (signal) =>
+              savepoints.run(() =>
+                handler(
                   fresh.map((slot) => slot.prepared.message),
                   savepoints.tx,
                   { consumer, signal },
-                );
-              } finally {
-                await savepoints.settled(); // its savepoints end inside its transaction, even those it left running
-              }
-            },
+                ),
+              ),
             abandon,
             consumer,
           );

@@ -134,13 +134,7 @@ function withTransactionalInbox<TDb extends AnyPgDatabase, TPayload>(
         const returned = await runWithDeadline(
           resolved.handlerTimeoutMs,
           options?.signal,
-          async (signal) => {
-            try {
-              return await handler(message, savepoints.tx, { consumer, attempt, signal } satisfies HandlerContext);
-            } finally {
-              await savepoints.settled(); // its savepoints end inside its transaction, even those it left running
-            }
-          },
+          (signal) => savepoints.run(() => handler(message, savepoints.tx, { consumer, attempt, signal } satisfies HandlerContext)),
           abandon,
           consumer,
         );

@@ -1,8 +1,7 @@
 import { checkInboxTables } from '../check-tables.js';
-import { classifyDatabaseError } from '../database-errors.js';
 import { recordDeadLetter as recordDeadLetterRow } from '../dead-letters.js';
 import { InboxError, InboxErrorCodes } from '../errors.js';
-import { infrastructureRetry, internalFailure, outcomeOfFailure } from '../failure.js';
+import { inboxStatementFailure, infrastructureRetry, internalFailure, outcomeOfFailure } from '../failure.js';
 import { runWithDeadline } from '../handler-deadline.js';
 import { InboxStatementError, InboxStore } from '../inbox-store.js';
 import { resolveLeaseMs, resolveOptions, type LeasedInboxOptions, type ResolvedOptions } from '../options.js';
@@ -287,13 +286,7 @@ export function withLeasedInbox<TDb extends AnyPgDatabase, TPayload>(
     if (released !== true) {
       // Said as what the database answered: an outage, inbox tables that changed under the
       // consumer (a migration in progress), or an inbox statement that failed for another reason.
-      const kind = classifyDatabaseError(released.error);
-      const [code, reason] =
-        kind === 'unavailable'
-          ? [InboxErrorCodes.DATABASE_UNAVAILABLE, OutcomeReasons.DATABASE_UNAVAILABLE]
-          : kind === 'schema-missing'
-            ? [InboxErrorCodes.INBOX_TABLE_MISSING, OutcomeReasons.INBOX_TABLE_MISSING]
-            : [InboxErrorCodes.INBOX_QUERY_FAILED, OutcomeReasons.INBOX_QUERY_FAILED];
+      const [code, reason] = inboxStatementFailure(released.error);
       return infrastructureRetry(
         general,
         message,
