@@ -227,30 +227,53 @@ describe.each(DRIVERS)('what counts as whose failure, on %s', (driver) => {
     expect(chain.some((c) => Array.isArray((c as { params?: unknown })?.params))).toBe(true);
   });
 
+  it("a statement sent through tx after the handler returned is refused (TRANSACTION_ENDED), never run inside the next delivery's transaction", async () => {
+    let late: Promise<unknown> | undefined;
+    const process = withInbox(async (message: InboxMessage, tx: any) => {
+      await tx.insert(t.effects).values({ messageId: message.id });
+      if (message.id === 'leaker') {
+        setTimeout(() => {
+          late = tx.insert(t.effects).values({ messageId: 'leaked' }).execute();
+          late!.catch(() => {}); // asserted below
+        }, 30);
+      } else {
+        await new Promise((r) => setTimeout(r, 150)); // the next delivery's transaction is open when the late statement comes
+      }
+    }, options());
+    expect(await process({ id: 'leaker', payload: {} })).toMatchObject({ status: 'processed' });
+    expect(await process({ id: 'next', payload: {} })).toMatchObject({ status: 'processed' });
+    await expect(late).rejects.toMatchObject({ cause: { code: InboxErrorCodes.TRANSACTION_ENDED } }); // Drizzle wraps it
+    expect((await t.query<{ message_id: string }>(`select message_id from "${t.schema}".effects order by 1`)).map((r) => r.message_id)).toEqual([
+      'leaker',
+      'next',
+    ]);
+  });
+
+  it('a savepoint started through tx after the handler returned is refused too; nothing of it commits', async () => {
+    let late: Promise<unknown> | undefined;
+    const process = withInbox(async (message: InboxMessage, tx: any) => {
+      await tx.insert(t.effects).values({ messageId: message.id });
+      setTimeout(() => {
+        late = tx.transaction(async (nested: any) => {
+          await nested.insert(t.effects).values({ messageId: 'leaked' });
+        });
+        late!.catch(() => {}); // asserted below
+      }, 30);
+    }, options());
+    expect(await process({ id: 'leaker', payload: {} })).toMatchObject({ status: 'processed' });
+    await new Promise((r) => setTimeout(r, 100));
+    const error = await late!.then(
+      () => undefined,
+      (e: unknown) => e,
+    );
+    const codes = [error, (error as { cause?: unknown })?.cause].map((e) => (e as { code?: unknown })?.code);
+    expect(codes).toContain(InboxErrorCodes.TRANSACTION_ENDED);
+    expect((await t.query<{ message_id: string }>(`select message_id from "${t.schema}".effects order by 1`)).map((r) => r.message_id)).toEqual(['leaker']);
+  });
+
   if (driver === 'node-postgres') {
     // postgres-js drops the server's FATAL message when no query is running, so there the killed
     // connection looks like any other lost connection (an outage); node-postgres reports SQLSTATE 25P03.
-    it("a statement sent through tx after the handler returned is refused (TRANSACTION_ENDED), never run inside the next delivery's transaction", async () => {
-      let late: Promise<unknown> | undefined;
-      const process = withInbox(async (message: InboxMessage, tx: any) => {
-        await tx.insert(t.effects).values({ messageId: message.id });
-        if (message.id === 'leaker') {
-          setTimeout(() => {
-            late = tx.insert(t.effects).values({ messageId: 'leaked' });
-          }, 30);
-        } else {
-          await new Promise((r) => setTimeout(r, 150)); // the next delivery's transaction is open when the late statement comes
-        }
-      }, options());
-      expect(await process({ id: 'leaker', payload: {} })).toMatchObject({ status: 'processed' });
-      expect(await process({ id: 'next', payload: {} })).toMatchObject({ status: 'processed' });
-      await expect(late).rejects.toMatchObject({ cause: { code: InboxErrorCodes.TRANSACTION_ENDED } }); // Drizzle wraps it
-      expect((await t.query<{ message_id: string }>(`select message_id from "${t.schema}".effects order by 1`)).map((r) => r.message_id)).toEqual([
-        'leaker',
-        'next',
-      ]);
-    });
-
     it('a handler that holds the transaction idle past idle_in_transaction_session_timeout is counted, not an outage', async () => {
       const process = withInbox(async (message: InboxMessage, tx: any) => {
         await tx.execute(sql`set local idle_in_transaction_session_timeout = 100`);

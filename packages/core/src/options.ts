@@ -72,10 +72,10 @@ export interface InboxOptions<TDb extends AnyPgDatabase, TPayload = unknown> {
   transactionRetries?: number;
   /**
    * How long a handler may run, in ms. At the deadline `context.signal` fires; when the handler
-   * settles, its transaction is rolled back and the attempt counts as failed (`HANDLER_TIMEOUT`). On
-   * node-postgres a handler that ignores the signal for another `handlerTimeoutMs` has its connection
-   * cut (its later statements fail) and is abandoned; on other drivers it is waited for, because its
-   * later statements would otherwise run outside the transaction. It also bounds `schema` validation
+   * settles, its transaction is rolled back and the attempt counts as failed (`HANDLER_TIMEOUT`). A
+   * handler that ignores the signal for another `handlerTimeoutMs` is abandoned: its transaction
+   * ends and its later statements are refused (on node-postgres its connection is cut; on
+   * postgres-js a statement of the handler's still running on the server is waited for). It also bounds `schema` validation
    * and `parse`, which run before the transaction: one that has not settled by then dead-letters the
    * message (`validation-failed`). Default: no limit (`null`).
    *

@@ -97,6 +97,23 @@ describe.each(DRIVERS)('transaction integrity on %s', (driver) => {
     expect(t.notices.filter((notice) => notice.startsWith('WARNING') && !notice.endsWith('there is no transaction in progress'))).toEqual([]);
   });
 
+  it('a ROLLBACK the handler did not await, sent once it returned (between the completion check and COMMIT), is refused: processed means committed', async () => {
+    let late: Promise<unknown> | undefined;
+    const process = withInbox(async (message: InboxMessage, tx: any) => {
+      await tx.insert(t.effects).values({ messageId: message.id });
+      late = (async () => {
+        await tx.execute(sql`select 1`); // answered after the handler returned: the ROLLBACK comes late
+        await tx.execute(sql`rollback`);
+      })();
+      late.catch(() => {}); // asserted below
+    }, options());
+    const outcome = await process({ id: 'late-rollback', payload: {} });
+    await expect(late).rejects.toMatchObject({ cause: { code: InboxErrorCodes.TRANSACTION_ENDED } }); // Drizzle wraps it
+    expect(outcome).toMatchObject({ status: 'processed' });
+    expect(await inboxIds()).toEqual(['late-rollback']);
+    expect(await t.countEffects()).toBe(1);
+  });
+
   it('a handler that deletes its own inbox row cannot make the effect commit without it', async () => {
     const process = withInbox(async (message: InboxMessage, tx: any) => {
       await tx.insert(t.effects).values({ messageId: message.id });

@@ -5,6 +5,7 @@ import { recordClaimOf } from '../telemetry/instruments.js';
 import { bodyFailure, brokenConnectionFailure, claimFailure, completionFailure, type TransactionFailure } from '../transaction-failures.js';
 import type { TransactionPlan, TransactionResult } from '../transaction.js';
 import type { AnyPgDatabase, TransactionOf } from '../types.js';
+import { guardedHandlerTransaction } from './handler-transaction.js';
 import { postgresJsClient } from './postgres-js.js';
 
 /** Carries a failure of one of the inbox's own steps out of Drizzle's transaction callback. */
@@ -63,11 +64,18 @@ export async function drizzleTransaction<TDb extends AnyPgDatabase, T>(
         }
         step = 'body';
         let result: T;
+        // The body gets a transaction that refuses statements once it returns, or once a hung
+        // handler is abandoned; the check below still runs through Drizzle's own. On a driver whose
+        // client is not known, the handler gets Drizzle's and is never abandoned.
+        const guarded = guardedHandlerTransaction(tx);
+        const handler = guarded ?? { tx, close: () => {} };
         try {
-          result = await plan.body(tx, claimed.ids);
+          result = await plan.body(handler.tx, claimed.ids, guarded?.close);
         } catch (error) {
           thrownByBody = { error };
           throw error;
+        } finally {
+          handler.close();
         }
         const { ids, tids } = checkTargets(claimed, plan.verifyIds);
         if (ids.length > 0) {
@@ -111,8 +119,10 @@ export async function drizzleTransaction<TDb extends AnyPgDatabase, T>(
 
 /**
  * postgres-js resolves its transaction when COMMIT answers, even when the answer is ROLLBACK: a
- * statement that failed after the completion check (an un-awaited query of the handler, pipelined
- * behind the check) aborts the transaction, and postgres-js does not read COMMIT's tag. So on
+ * statement that failed after the completion check aborts the transaction, and postgres-js does not
+ * read COMMIT's tag. The handler's `tx` refuses statements once the handler returns (see
+ * `handler-transaction.ts`), so none of its statements should get there; this is the backstop
+ * for any path that does (a statement sent on the transaction's connection some other way). So on
  * postgres-js the completion check also reads the transaction's id, and after COMMIT the server's
  * commit log is asked whether that transaction committed. When it rolled back, the attempt is a
  * counted `aborted` failure, never `processed`. (Reading the claimed rows back instead would be

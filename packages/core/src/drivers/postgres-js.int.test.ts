@@ -30,16 +30,43 @@ describe('postgres-js: COMMIT answered with ROLLBACK, and client settings inboxe
       r.message_id,
       r.attempts,
     ]);
-  /** A helper the handler forgets to await: a read, then a write that fails (id 1 is taken). Sent behind the completion check. */
+  /** A helper the handler forgets to await: a read, then a write that fails (id 1 is taken). */
   const forgottenAudit = async (tx: any, messageId: string) => {
     await tx.execute(sql`select 1`);
     await tx.insert(t.effects).values({ id: 1, messageId: `audit-${messageId}` });
   };
+  /**
+   * The same write sent past inboxed's guard, on the transaction's own postgres-js connection, behind
+   * the completion check: through `tx` it would be refused once the handler returned (see the first
+   * test), so this stands for any path the guard does not cover, to test the look after COMMIT.
+   */
+  const failingPastTheGuard = (tx: any, messageId: string) => {
+    const scoped = tx.session.client.scoped;
+    scoped
+      .unsafe('select 1')
+      .then(() => scoped.unsafe(`insert into "${t.schema}".effects (id, message_id) values (1, 'audit-${messageId}')`))
+      .catch(() => {});
+  };
 
-  it('a statement the handler did not await fails after the completion check: the transaction rolled back, so the outcome is a counted failure, never processed', async () => {
+  it('a statement the handler did not await, sent after it returned, is refused (TRANSACTION_ENDED): it never runs after COMMIT, on whatever the connection serves next', async () => {
+    let audit: Promise<unknown> | undefined;
     const process = withInbox(async (message: InboxMessage, tx: any) => {
       await tx.insert(t.effects).values({ id: 1, messageId: message.id });
-      forgottenAudit(tx, message.id).catch(() => {});
+      audit = forgottenAudit(tx, message.id);
+      audit.catch(() => {}); // asserted below
+    }, database.options());
+    const outcome = await process({ id: 'd1', payload: {} });
+    expect(outcome).toMatchObject({ status: 'processed' });
+    await expect(audit).rejects.toMatchObject({ cause: { code: InboxErrorCodes.TRANSACTION_ENDED } }); // Drizzle wraps it
+    expect(await inboxIds()).toEqual(['d1']);
+    expect(await t.countEffects()).toBe(1);
+    expect(await attempts()).toEqual([]);
+  });
+
+  it('a failing statement past the guard, behind the completion check: the transaction rolled back, so the outcome is a counted failure, never processed', async () => {
+    const process = withInbox(async (message: InboxMessage, tx: any) => {
+      await tx.insert(t.effects).values({ id: 1, messageId: message.id });
+      failingPastTheGuard(tx, message.id);
     }, database.options());
     const outcome = await process({ id: 'd1', payload: {} });
     expect(outcome).toMatchObject({ status: 'retry', reason: 'handler-failed', error: { code: InboxErrorCodes.TRANSACTION_ABORTED } });
@@ -58,7 +85,7 @@ describe('postgres-js: COMMIT answered with ROLLBACK, and client settings inboxe
       copy = t.query(`insert into "${t.schema}".inbox (consumer, message_id, status) values ('c', 'd2', 'processed') on conflict do nothing`);
       const queued = `select 1 from pg_stat_activity where wait_event_type = 'Lock' and query like 'insert into "${t.schema}".inbox%'`;
       await expect.poll(async () => (await t.query(queued)).length).toBe(1);
-      forgottenAudit(tx, message.id).catch(() => {});
+      failingPastTheGuard(tx, message.id);
     }, database.options());
     const outcome = await process({ id: 'd2', payload: {} });
     await copy;
@@ -71,7 +98,7 @@ describe('postgres-js: COMMIT answered with ROLLBACK, and client settings inboxe
   it('the same in a batch: no message of the rolled-back batch is reported processed', async () => {
     const process = withInboxBatch(async (messages: InboxMessage[], tx: any) => {
       await tx.insert(t.effects).values(messages.map((m, i) => ({ id: i + 1, messageId: m.id })));
-      forgottenAudit(tx, 'batch').catch(() => {});
+      failingPastTheGuard(tx, 'batch');
     }, database.options());
     const outcomes = await process(['a', 'b'].map((id) => ({ id, payload: {} })));
     expect(outcomes.map((o) => o.status)).toEqual(['retry', 'retry']);
