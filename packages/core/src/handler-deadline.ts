@@ -17,16 +17,16 @@ export function handlerTimeoutError(timeoutMs: number, cause?: unknown): InboxEr
  * At the deadline the signal fires, and the call is waited for: a handler must never keep writing
  * through a transaction that was already ended (with postgres-js, a leaked transaction's later
  * statements would run outside any transaction). Once it settles, whatever it returned, the result
- * is a timeout. Only when `abandon` is given (a driver that can cut the handler's connection, so its
- * later statements fail) and the handler ignores the signal for another `timeoutMs`, is it
- * abandoned: the connection is cut and the timeout thrown without waiting further.
+ * is a timeout. Only when `abandon` is given (a driver that can make the handler's later statements
+ * fail) and the handler ignores the signal for another `timeoutMs`, is it abandoned: once `abandon`
+ * resolves, the timeout is thrown without waiting further.
  * With `consumer`, the call is recorded as `inboxed.handler.duration`.
  */
 export async function runWithDeadline<T>(
   timeoutMs: number | null,
   outer: AbortSignal | undefined,
   call: (signal: AbortSignal) => Promise<T>,
-  abandon?: () => void,
+  abandon?: () => void | Promise<void>,
   consumer?: string,
 ): Promise<T> {
   if (consumer === undefined) return runBounded(timeoutMs, outer, call, abandon).catch(rethrowInspectable);
@@ -81,7 +81,7 @@ async function runBounded<T>(
   timeoutMs: number | null,
   outer: AbortSignal | undefined,
   call: (signal: AbortSignal) => Promise<T>,
-  abandon?: () => void,
+  abandon?: () => void | Promise<void>,
 ): Promise<T> {
   if (timeoutMs === null) return call(outer ?? new AbortController().signal);
   const deadline = new AbortController();
@@ -94,8 +94,10 @@ async function runBounded<T>(
     deadline.abort(handlerTimeoutError(timeoutMs));
     if (abandon !== undefined) {
       hung = setTimeout(() => {
-        abandon();
-        abandoned?.(handlerTimeoutError(timeoutMs));
+        // Abandoned once the driver says so (postgres-js first waits for open savepoints).
+        void Promise.resolve()
+          .then(abandon)
+          .then(() => abandoned?.(handlerTimeoutError(timeoutMs)), abandoned);
       }, timeoutMs);
     }
   }, timeoutMs);

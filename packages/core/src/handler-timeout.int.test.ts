@@ -109,3 +109,46 @@ describe.each(DRIVERS)('handlerTimeoutMs on %s', (driver) => {
     expect(await next({ id: 'after', payload: {} })).toMatchObject({ status: 'processed' });
   });
 });
+
+/**
+ * One connection, so the delivery after an abandoned one runs on the abandoned one's connection. On
+ * postgres-js a savepoint whose callback fails is rolled back by postgres-js itself, with a
+ * `ROLLBACK TO` sent on that connection whenever the callback fails: abandoned with it still open,
+ * that statement would reach the next delivery's transaction, undoing its savepoint's writes while
+ * it reports `processed`.
+ */
+describe.each(DRIVERS)('a handler abandoned inside a savepoint, on %s', (driver) => {
+  const database = useMigratedDatabase(driver, { poolSize: 1 });
+  let t: TestDatabase;
+  beforeEach(() => {
+    t = database.t;
+  });
+  const effects = async () => (await t.query<{ value: string }>(`select value from "${t.schema}".effects order by id`)).map((r) => r.value);
+
+  it('never reaches the next delivery on its connection: what that one commits is what it reports', async () => {
+    const hung = withInbox(
+      async (message: InboxMessage, tx: any) => {
+        await tx.transaction(async (savepoint: any) => {
+          await savepoint.insert(t.effects).values({ messageId: message.id, value: 'hung' });
+          await sleep(500); // ignores its signal, past both deadlines
+          await savepoint.insert(t.effects).values({ messageId: message.id, value: 'hung, late' });
+          throw new Error('the savepoint fails late');
+        });
+      },
+      database.options({ handlerTimeoutMs: 100, consumer: 'hung' }),
+    );
+    const next = withInbox(
+      async (message: InboxMessage, tx: any) => {
+        await tx.transaction((savepoint: any) => savepoint.insert(t.effects).values({ messageId: message.id, value: 'next, in its savepoint' }));
+        await sleep(700); // the hung handler's savepoint fails meanwhile, if it still can
+        await tx.insert(t.effects).values({ messageId: message.id, value: 'next' });
+      },
+      database.options({ consumer: 'next' }),
+    );
+    const abandoned = await hung({ id: 'hung', payload: {} });
+    expect(abandoned.error?.code).toBe(InboxErrorCodes.HANDLER_TIMEOUT);
+    expect(await next({ id: 'next', payload: {} })).toMatchObject({ status: 'processed' });
+    expect(await effects()).toEqual(['next, in its savepoint', 'next']);
+    expect(await t.query(`select consumer, message_id from "${t.schema}".inbox`)).toEqual([{ consumer: 'next', message_id: 'next' }]);
+  });
+});

@@ -75,7 +75,8 @@ export interface InboxOptions<TDb extends AnyPgDatabase, TPayload = unknown> {
    * settles, its transaction is rolled back and the attempt counts as failed (`HANDLER_TIMEOUT`). A
    * handler that ignores the signal for another `handlerTimeoutMs` is abandoned: its transaction
    * ends and its later statements are refused (on node-postgres its connection is cut; on
-   * postgres-js a statement of the handler's still running on the server is waited for). It also bounds `schema` validation
+   * postgres-js a statement of the handler's still running on the server, or a savepoint it still
+   * has open, is waited for). It also bounds `schema` validation
    * and `parse`, which run before the transaction: one that has not settled by then dead-letters the
    * message (`validation-failed`). Default: no limit (`null`).
    *

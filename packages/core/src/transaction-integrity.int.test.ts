@@ -1,11 +1,13 @@
 import { DRIVERS, createTestDatabase, databaseUrl, type TestDatabase } from '@inboxed/test-support';
 import { sql } from 'drizzle-orm';
 import { drizzle as drizzleNodePg } from 'drizzle-orm/node-postgres';
+import { setTimeout as sleep } from 'node:timers/promises';
 import pg from 'pg';
 import { beforeEach, describe, expect, it } from 'vitest';
 import { useMigratedDatabase } from './__tests__/migrated-database.js';
 import { InboxErrorCodes } from './errors.js';
 import { migrate } from './migrations/migrate.js';
+import { storeResult } from './stored-result.js';
 import { reject, type InboxMessage } from './types.js';
 import { withInbox } from './with-inbox.js';
 import { withInboxBatch } from './with-inbox-batch.js';
@@ -102,7 +104,8 @@ describe.each(DRIVERS)('transaction integrity on %s', (driver) => {
     const process = withInbox(async (message: InboxMessage, tx: any) => {
       await tx.insert(t.effects).values({ messageId: message.id });
       late = (async () => {
-        await tx.execute(sql`select 1`); // answered after the handler returned: the ROLLBACK comes late
+        await tx.execute(sql`select 1`);
+        await sleep(20); // sent in a later turn than the handler's return: the ROLLBACK comes late
         await tx.execute(sql`rollback`);
       })();
       late.catch(() => {}); // asserted below
@@ -112,6 +115,51 @@ describe.each(DRIVERS)('transaction integrity on %s', (driver) => {
     expect(outcome).toMatchObject({ status: 'processed' });
     expect(await inboxIds()).toEqual(['late-rollback']);
     expect(await t.countEffects()).toBe(1);
+  });
+
+  /**
+   * A statement the handler schedules to run after it returned: the timer fires while inboxed records
+   * the outcome (`markRejected`, `markResult`), which it must not reach. `sleep(1)` first puts the
+   * handler's return in the event loop's timers phase, so the timer below fires in the next turn.
+   */
+  function lateRollback(tx: any): Promise<unknown> {
+    return new Promise((settle) => setTimeout(() => tx.execute(sql`rollback`).then(settle, settle), 0));
+  }
+
+  for (const ending of ['reject', 'storeResult'] as const) {
+    it(`a ROLLBACK scheduled by a handler that returns ${ending}() is refused while inboxed records the outcome, which commits`, async () => {
+      let late: Promise<unknown> | undefined;
+      const process = withInbox(async (message: InboxMessage, tx: any) => {
+        await tx.insert(t.effects).values({ messageId: message.id });
+        await sleep(1);
+        late = lateRollback(tx);
+        return ending === 'reject' ? reject('not for us') : storeResult({ charged: true });
+      }, options());
+      const outcome = await process({ id: `late-${ending}`, payload: {} });
+      expect(await late).toMatchObject({ cause: { code: InboxErrorCodes.TRANSACTION_ENDED } });
+      expect(outcome).toMatchObject(ending === 'reject' ? { status: 'rejected', reason: 'not for us' } : { status: 'processed', result: { charged: true } });
+      const rows = await t.query<{ status: string; result: unknown }>(`select status, result from "${t.schema}".inbox`);
+      expect(rows).toEqual([ending === 'reject' ? { status: 'rejected', result: null } : { status: 'processed', result: '{"charged":true}' }]);
+      expect(await t.countEffects()).toBe(1);
+    });
+  }
+
+  it('withInboxBatch: a ROLLBACK scheduled by a handler that returns rejections is refused; the batch commits as reported', async () => {
+    let late: Promise<unknown> | undefined;
+    const process = withInboxBatch(async (messages: InboxMessage[], tx: any) => {
+      await tx.insert(t.effects).values(messages.map((m) => ({ messageId: m.id })));
+      await sleep(1);
+      late = lateRollback(tx);
+      return new Map([['b1', reject('not for us')]]);
+    }, options());
+    const outcomes = await process(['b1', 'b2'].map((id) => ({ id, payload: {} })));
+    expect(await late).toMatchObject({ cause: { code: InboxErrorCodes.TRANSACTION_ENDED } });
+    expect(outcomes.map((o) => o.status)).toEqual(['rejected', 'processed']);
+    expect(await t.query(`select message_id, status from "${t.schema}".inbox order by 1`)).toEqual([
+      { message_id: 'b1', status: 'rejected' },
+      { message_id: 'b2', status: 'processed' },
+    ]);
+    expect(await t.countEffects()).toBe(2);
   });
 
   it('a handler that deletes its own inbox row cannot make the effect commit without it', async () => {

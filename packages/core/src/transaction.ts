@@ -26,11 +26,28 @@ export interface TransactionPlan<TDb extends AnyPgDatabase, T> {
   /**
    * Runs after the claim, in the same transaction, with the ids this transaction claimed. It may
    * throw: what the handler throws is the handler's failure. The transaction then checks that every
-   * claimed row is still there, in a transaction still open, and commits. `abandon`, when the
-   * driver offers it, cuts the transaction's connection so a hung handler's later statements fail
-   * (see `runWithDeadline`).
+   * claimed row is still there, in a transaction still open, and commits. inboxed's own statements
+   * go through `tx`; the handler's code gets `handler.tx` and must end it (`runHandler`) as soon as
+   * it settles.
    */
-  body: (tx: TransactionOf<TDb>, claimed: Set<string>, abandon?: () => void) => Promise<T>;
+  body: (tx: TransactionOf<TDb>, claimed: Set<string>, handler: HandlerScope<TDb>) => Promise<T>;
+}
+
+/**
+ * @internal The handler's side of an inbox transaction: the same transaction, through a client that
+ * refuses statements once ended. A statement the handler left running (an un-awaited query, a
+ * timer) would otherwise reach the transaction after inboxed recorded the outcome, or after COMMIT
+ * (on the next delivery's transaction, when the connection serves it by then).
+ */
+export interface HandlerScope<TDb extends AnyPgDatabase> {
+  tx: TransactionOf<TDb>;
+  /** Refuses every later statement of the handler's (after the savepoints it left open settle). */
+  end(): Promise<void>;
+  /**
+   * When the driver offers it: gives up on a hung handler, so its later statements fail and the
+   * transaction can end without it (see `runWithDeadline`). Resolves once that holds.
+   */
+  abandon?: () => void | Promise<void>;
 }
 
 /** @internal The committed value, or why nothing committed. Never a thrown error. */

@@ -7,8 +7,7 @@ import { ClaimRaceError, InboxStore } from './inbox-store.js';
 import { assertHandler, resolveOptions, type InboxOptions, type ResolvedOptions } from './options.js';
 import { isOutcome, outcomeOfExisting, prepareMessage, type KnownRow, type PreparedMessage } from './prepare.js';
 import { rejectionReason } from './rejection.js';
-import { runWithDeadline } from './handler-deadline.js';
-import { watchSavepoints } from './savepoint-watch.js';
+import { runHandler } from './run-handler.js';
 import { runInboxTransaction } from './transaction.js';
 import { AttemptLane, runRedelivered } from './unfinished-attempts.js';
 import type { HandlerResult } from './with-inbox.js';
@@ -167,7 +166,7 @@ export function withInboxBatch<TDb extends AnyPgDatabase, TPayload = unknown>(
     return runInboxTransaction(resolved, store, {
       rows,
       lockTimeoutMs,
-      body: async (tx, claimed, abandon): Promise<Committed> => {
+      body: async (tx, claimed, handlerScope): Promise<Committed> => {
         const committed: Committed = { outcomes: new Map(), rows: new Map() };
         const fresh = slots.filter((slot) => claimed.has(slot.prepared.message.id));
         const known = slots.filter((slot) => !claimed.has(slot.prepared.message.id));
@@ -184,22 +183,13 @@ export function withInboxBatch<TDb extends AnyPgDatabase, TPayload = unknown>(
           }
         }
         if (fresh.length > 0) {
-          const savepoints = watchSavepoints(tx);
-          const rejections = await runWithDeadline(
-            resolved.handlerTimeoutMs,
-            signal,
-            (signal) =>
-              savepoints.run(() =>
-                handler(
-                  fresh.map((slot) => slot.prepared.message),
-                  savepoints.tx,
-                  { consumer, signal },
-                ),
-              ),
-            abandon,
-            consumer,
+          const rejections = await runHandler(handlerScope, resolved.handlerTimeoutMs, signal, consumer, (handlerTx, deadline) =>
+            handler(
+              fresh.map((slot) => slot.prepared.message),
+              handlerTx,
+              { consumer, signal: deadline },
+            ),
           );
-          savepoints.check();
           const rejectedIds = rejectionsOf(rejections, new Set(fresh.map((slot) => slot.prepared.message.id)));
           for (const {
             index,

@@ -8,8 +8,7 @@ import { isOutcome, outcomeOfExisting, prepareMessage } from './prepare.js';
 import { AttemptLane, runRedelivered } from './unfinished-attempts.js';
 import { completionOf } from './handler-result.js';
 import { runInboxTransaction } from './transaction.js';
-import { runWithDeadline } from './handler-deadline.js';
-import { watchSavepoints } from './savepoint-watch.js';
+import { runHandler } from './run-handler.js';
 import { parseStoredResult, type StoredResult } from './stored-result.js';
 import type {
   AnyPgDatabase,
@@ -123,22 +122,16 @@ function withTransactionalInbox<TDb extends AnyPgDatabase, TPayload>(
     const result = await runInboxTransaction(resolved, store, {
       rows: [row],
       lockTimeoutMs: resolved.lockTimeoutMs,
-      body: async (tx, claimed, abandon): Promise<InboxOutcome> => {
+      body: async (tx, claimed, handlerScope): Promise<InboxOutcome> => {
         if (!claimed.has(message.id)) {
           const existing = (await store.find(tx, [message.id])).get(message.id);
           // Gone between the conflict and the read: only retention could do that. Run the transaction again.
           if (existing === undefined) throw new ClaimRaceError(message.id);
           return outcomeOfExisting(general, message, fingerprint, existing);
         }
-        const savepoints = watchSavepoints(tx);
-        const returned = await runWithDeadline(
-          resolved.handlerTimeoutMs,
-          options?.signal,
-          (signal) => savepoints.run(() => handler(message, savepoints.tx, { consumer, attempt, signal } satisfies HandlerContext)),
-          abandon,
-          consumer,
+        const returned = await runHandler(handlerScope, resolved.handlerTimeoutMs, options?.signal, consumer, (handlerTx, signal) =>
+          handler(message, handlerTx, { consumer, attempt, signal } satisfies HandlerContext),
         );
-        savepoints.check();
         const completion = completionOf(returned);
         if (completion.status === 'rejected') {
           await store.markRejected(tx, message.id, completion.reason);

@@ -3,7 +3,7 @@ import { type Claimed, checkTargets, type InboxStore } from '../inbox-store.js';
 import type { ResolvedOptions } from '../options.js';
 import { recordClaimOf } from '../telemetry/instruments.js';
 import { bodyFailure, brokenConnectionFailure, claimFailure, completionFailure, type TransactionFailure } from '../transaction-failures.js';
-import type { TransactionPlan, TransactionResult } from '../transaction.js';
+import type { HandlerScope, TransactionPlan, TransactionResult } from '../transaction.js';
 import type { AnyPgDatabase, TransactionOf } from '../types.js';
 import { guardedHandlerTransaction } from './handler-transaction.js';
 import { postgresJsClient } from './postgres-js.js';
@@ -64,18 +64,19 @@ export async function drizzleTransaction<TDb extends AnyPgDatabase, T>(
         }
         step = 'body';
         let result: T;
-        // The body gets a transaction that refuses statements once it returns, or once a hung
-        // handler is abandoned; the check below still runs through Drizzle's own. On a driver whose
+        // The handler gets a transaction that refuses statements once it settles, or once a hung
+        // handler is abandoned; inboxed's own statements go through Drizzle's. On a driver whose
         // client is not known, the handler gets Drizzle's and is never abandoned.
         const guarded = guardedHandlerTransaction(tx);
-        const handler = guarded ?? { tx, close: () => {} };
+        const handler: HandlerScope<TDb> = guarded === undefined ? { tx, end: async () => {} } : { ...guarded, abandon: guarded.end };
         try {
-          result = await plan.body(handler.tx, claimed.ids, guarded?.close);
+          result = await plan.body(tx, claimed.ids, handler);
         } catch (error) {
           thrownByBody = { error };
           throw error;
         } finally {
-          handler.close();
+          // Already ended by the body, unless it failed before the handler ran.
+          await handler.end();
         }
         const { ids, tids } = checkTargets(claimed, plan.verifyIds);
         if (ids.length > 0) {

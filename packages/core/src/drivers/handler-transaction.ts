@@ -2,7 +2,7 @@ import { InboxError, InboxErrorCodes } from '../errors.js';
 
 /**
  * @internal The handler's view of an inbox transaction on the drivers where inboxed uses Drizzle's
- * own transaction (postgres-js, PGlite), and the switch that ends it.
+ * own transaction (postgres-js, PGlite), and the switches that end it.
  *
  * Both drivers send a statement made through a transaction's client whenever it is made, also after
  * inboxed's completion check and after COMMIT:
@@ -13,14 +13,22 @@ import { InboxError, InboxErrorCodes } from '../errors.js';
  *   transaction would take the statement in (and commit or lose it with its own work), or sit idle,
  *   where the statement commits on its own, outside any inbox transaction.
  * So the handler gets a Drizzle transaction over the same transaction whose client refuses
- * statements and savepoints with `TRANSACTION_ENDED` once closed: when the handler returns, or when a
- * hung handler is abandoned. inboxed's own statements keep going through Drizzle's transaction.
- * node-postgres has the same refusal in its own path (`ObservedClient`).
+ * statements and savepoints with `TRANSACTION_ENDED` once ended: as soon as the handler settles
+ * (before inboxed records its result), or when a hung handler is abandoned. inboxed's own statements
+ * go through Drizzle's transaction, never through this one. node-postgres has the same refusal in its
+ * own path (`ObservedClient`).
  */
 export interface HandlerTransaction<T> {
   tx: T;
-  /** Refuses every later statement of the handler's. */
-  close(): void;
+  /**
+   * Refuses every later statement of the handler's, once the savepoints it left open have settled:
+   * when the handler settled, and when a hung one is abandoned. On postgres-js a savepoint whose
+   * callback fails is rolled back by postgres-js itself, with a `ROLLBACK TO` sent on the connection
+   * whatever transaction it serves by then: ended under an open savepoint, the transaction would end
+   * and the connection serve the next delivery, whose work that `ROLLBACK TO` could undo (or whose
+   * transaction it would abort). So the end waits for them, as it always did for a hung handler.
+   */
+  end(): Promise<void>;
 }
 
 /** The parts of Drizzle's transaction that a second one over another client is built from. */
@@ -36,9 +44,15 @@ interface DrizzleTransactionParts {
   constructor: new (dialect: unknown, session: unknown, schema: unknown) => unknown;
 }
 
+/** A postgres-js query: lazy, sent through `handler` when first awaited or executed. */
+interface PostgresJsQuery {
+  handler: ((query: PostgresJsQuery) => void) & { debug?: unknown };
+  reject(error: unknown): void;
+}
+
 /** postgres-js's transaction-scoped `sql`, as Drizzle's session calls it. */
 interface ScopedSql {
-  unsafe(...args: unknown[]): { execute(): unknown };
+  unsafe(...args: unknown[]): PostgresJsQuery;
   savepoint(...args: unknown[]): Promise<unknown>;
 }
 
@@ -47,8 +61,22 @@ interface PgliteTransaction {
   query(...args: unknown[]): Promise<unknown>;
 }
 
-interface GuardState {
-  closed: boolean;
+/** Shared by a guarded transaction and its savepoints' clients. */
+class GuardState {
+  closed = false;
+  private readonly savepoints = new Set<Promise<unknown>>();
+
+  /** Tracks a savepoint until postgres-js has settled it (its `ROLLBACK TO` included). */
+  track(savepoint: Promise<unknown>): void {
+    this.savepoints.add(savepoint);
+    const forget = () => this.savepoints.delete(savepoint);
+    savepoint.then(forget, forget);
+  }
+
+  async close(): Promise<void> {
+    while (this.savepoints.size > 0) await Promise.allSettled([...this.savepoints]);
+    this.closed = true;
+  }
 }
 
 function transactionEnded(): InboxError {
@@ -65,9 +93,9 @@ function refusedQuery(): Promise<never> {
 }
 
 /**
- * postgres-js: a statement made while open is started at once rather than when first awaited
- * (postgres-js queries are lazy), so one made before the handler returned but awaited later still
- * goes out inside the transaction, ahead of the check, instead of after COMMIT.
+ * postgres-js: a query is checked when it is sent, not when it is made. postgres-js queries are
+ * lazy (sent when first awaited or executed), so one made before the end but first awaited after it
+ * is refused too, while cursors and `describe()` keep postgres-js's own timing.
  */
 class GuardedScopedSql {
   constructor(
@@ -78,14 +106,19 @@ class GuardedScopedSql {
   unsafe(...args: unknown[]): unknown {
     if (this.state.closed) return refusedQuery();
     const query = this.scoped.unsafe(...args);
-    query.execute();
+    const send = query.handler;
+    const { state } = this;
+    // `debug` rides on the handler: postgres-js reads it for the query's origin in errors.
+    query.handler = Object.assign((sent: PostgresJsQuery) => (state.closed ? sent.reject(transactionEnded()) : send(sent)), { debug: send.debug });
     return query;
   }
 
   savepoint(...args: unknown[]): Promise<unknown> {
     if (this.state.closed) return refusedQuery();
     const work = args[args.length - 1] as (nested: unknown) => unknown;
-    return this.scoped.savepoint((nested: ScopedSql) => work(new GuardedScopedSql(nested, this.state)));
+    const savepoint = this.scoped.savepoint(...args.slice(0, -1), (nested: ScopedSql) => work(new GuardedScopedSql(nested, this.state)));
+    this.state.track(savepoint);
+    return savepoint;
   }
 }
 
@@ -117,15 +150,13 @@ function guardedClient(client: unknown, state: GuardState): unknown {
  */
 export function guardedHandlerTransaction<T>(tx: T): HandlerTransaction<T> | undefined {
   const parts = tx as unknown as DrizzleTransactionParts;
-  const state: GuardState = { closed: false };
+  const state = new GuardState();
   const client = guardedClient(parts.session?.client, state);
   if (client === undefined) return undefined;
   const { session } = parts;
   const guardedSession = new session.constructor(client, parts.dialect, session.schema, session.options);
   return {
     tx: new parts.constructor(parts.dialect, guardedSession, parts.schema) as T,
-    close: () => {
-      state.closed = true;
-    },
+    end: () => state.close(),
   };
 }

@@ -4,7 +4,7 @@ import type { ResolvedOptions } from '../options.js';
 import { recordClaimOf } from '../telemetry/instruments.js';
 import { bodyFailure, brokenConnectionFailure, claimFailure, completionFailure, type TransactionFailure } from '../transaction-failures.js';
 import type { AnyPgDatabase, TransactionOf } from '../types.js';
-import type { TransactionPlan, TransactionResult } from '../transaction.js';
+import type { HandlerScope, TransactionPlan, TransactionResult } from '../transaction.js';
 
 interface PgPoolClient {
   query(text: string): Promise<unknown>;
@@ -203,17 +203,28 @@ export async function nodePostgresTransaction<TDb extends AnyPgDatabase, T>(
     const handlerClient = new ObservedClient(client, (error) => {
       firstFailure ??= error;
     });
-    const clientSession = new NodePgSession(handlerClient as never, session.dialect as never, session.schema as never, session.options as never);
-    const tx = new NodePgTransaction(session.dialect as never, clientSession, session.schema as never);
-    // A handler past its deadline that ignores its signal: cut the connection under it, so its
-    // later statements fail instead of running on a connection the pool hands to someone else.
-    const abandon = () => {
-      abandoned = true;
-      client.release(new Error('handler abandoned after handlerTimeoutMs'));
+    const transactionOver = (queries: unknown) =>
+      new NodePgTransaction(
+        session.dialect as never,
+        new NodePgSession(queries as never, session.dialect as never, session.schema as never, session.options as never),
+        session.schema as never,
+      );
+    // inboxed's own statements go straight to the client; the handler's through the observed one.
+    const tx = transactionOver(client) as TransactionOf<TDb>;
+    const handler: HandlerScope<TDb> = {
+      tx: transactionOver(handlerClient) as TransactionOf<TDb>,
+      end: async () => handlerClient.close(),
+      // A handler past its deadline that ignores its signal: cut the connection under it, so its
+      // later statements fail instead of running on a connection the pool hands to someone else.
+      abandon: () => {
+        abandoned = true;
+        handlerClient.close();
+        client.release(new Error('handler abandoned after handlerTimeoutMs'));
+      },
     };
     let value: T;
     try {
-      value = await plan.body(tx as TransactionOf<TDb>, claimed.ids, abandon);
+      value = await plan.body(tx, claimed.ids, handler);
       handlerClient.close();
     } catch (error) {
       handlerClient.close();

@@ -1,6 +1,7 @@
 import { databaseUrl, type TestDatabase } from '@inboxed/test-support';
 import { sql } from 'drizzle-orm';
 import { drizzle } from 'drizzle-orm/postgres-js';
+import { setTimeout as sleep } from 'node:timers/promises';
 import postgres from 'postgres';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { useMigratedDatabase } from '../__tests__/migrated-database.js';
@@ -150,5 +151,64 @@ describe('postgres-js: COMMIT answered with ROLLBACK, and client settings inboxe
         await expect(inspectLeases(tx, { tables: names })).rejects.toMatchObject(refused);
       });
     });
+  });
+});
+
+/**
+ * The handler's `tx` wraps postgres-js's transaction-scoped `sql` (`tx.session.client`): what a
+ * handler reaching for it gets is refused or waited for the same way, also on the one connection the
+ * next delivery then runs on.
+ */
+describe("postgres-js: the handler transaction's own client", () => {
+  const database = useMigratedDatabase('postgres-js', { poolSize: 1 });
+  let t: TestDatabase;
+  beforeEach(() => {
+    t = database.t;
+  });
+  const effects = async () => (await t.query<{ message_id: string }>(`select message_id from "${t.schema}".effects order by id`)).map((r) => r.message_id);
+  const insertEffect = (messageId: string) => `insert into "${t.schema}".effects (message_id) values ('${messageId}')`;
+
+  it('a query is checked when it is sent: made before the handler returned but awaited after, it is refused; never awaited, it is never sent', async () => {
+    let awaitedLate: unknown;
+    const process = withInbox(async (message: InboxMessage, tx: any) => {
+      const client = tx.session.client;
+      const made = client.unsafe(insertEffect(`${message.id}-made`));
+      setTimeout(() => made.then(undefined, (error: unknown) => (awaitedLate = error)), 20);
+      client.unsafe(insertEffect(`${message.id}-never-awaited`));
+      // A cursor whose callback never resolves would hold the connection: it is never started either.
+      client.unsafe('select generate_series(1, 10)').cursor(1, () => new Promise(() => {}));
+      await tx.insert(t.effects).values({ messageId: message.id });
+    }, database.options());
+    expect(await process({ id: 'q', payload: {} })).toMatchObject({ status: 'processed' });
+    await expect.poll(() => awaitedLate).toMatchObject({ code: InboxErrorCodes.TRANSACTION_ENDED });
+    expect(await effects()).toEqual(['q']);
+  });
+
+  it('a savepoint it left running is settled before the transaction ends: its ROLLBACK TO never reaches the next delivery', async () => {
+    let leftRunning: Promise<unknown> | undefined;
+    const leaky = withInbox(
+      async (message: InboxMessage, tx: any) => {
+        await tx.insert(t.effects).values({ messageId: message.id });
+        const savepoint: Promise<unknown> = tx.session.client.savepoint(async () => {
+          await sleep(300);
+          throw new Error('fails after the handler returned'); // postgres-js sends ROLLBACK TO itself
+        });
+        savepoint.catch(() => {}); // asserted below
+        leftRunning = savepoint;
+      },
+      database.options({ consumer: 'leaky' }),
+    );
+    const next = withInbox(
+      async (message: InboxMessage, tx: any) => {
+        await tx.transaction((savepoint: any) => savepoint.insert(t.effects).values({ messageId: `${message.id}-in-savepoint` }));
+        await sleep(500);
+        await tx.insert(t.effects).values({ messageId: message.id });
+      },
+      database.options({ consumer: 'next' }),
+    );
+    expect(await leaky({ id: 'leaky', payload: {} })).toMatchObject({ status: 'processed' });
+    await expect(leftRunning).rejects.toThrow('fails after the handler returned');
+    expect(await next({ id: 'next', payload: {} })).toMatchObject({ status: 'processed' });
+    expect(await effects()).toEqual(['leaky', 'next-in-savepoint', 'next']);
   });
 });

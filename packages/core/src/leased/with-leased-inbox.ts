@@ -9,6 +9,7 @@ import { boundedBusyDelay, isOutcome, outcomeOfExisting, prepareMessage } from '
 import { completionOf, type Completion } from '../handler-result.js';
 import { parseStoredResult, type StoredResult } from '../stored-result.js';
 import { bodyFailure, claimFailure, type TransactionFailure } from '../transaction-failures.js';
+import { endHandlerScope } from '../run-handler.js';
 import { runInboxTransaction } from '../transaction.js';
 import {
   OutcomeReasons,
@@ -190,7 +191,7 @@ export function withLeasedInbox<TDb extends AnyPgDatabase, TPayload>(
         rows: [],
         lockTimeoutMs: null,
         verifyIds: [message.id],
-        body: async (tx) => {
+        body: async (tx, _claimed, completionScope) => {
           let completed: boolean;
           try {
             completed = await leases.complete(tx, message.id, lease.fence, completion);
@@ -198,7 +199,11 @@ export function withLeasedInbox<TDb extends AnyPgDatabase, TPayload>(
             throw new InboxStatementError('complete', error);
           }
           if (!completed) throw new FencedOff();
-          for (const work of completions) await work(tx);
+          try {
+            for (const work of completions) await work(completionScope.tx);
+          } finally {
+            await endHandlerScope(completionScope);
+          }
         },
       });
       if (result.ok) {
