@@ -2,10 +2,10 @@ import { InboxError, InboxErrorCodes } from '../errors.js';
 
 /**
  * @internal The handler's view of an inbox transaction on the drivers where inboxed uses Drizzle's
- * own transaction (postgres-js, PGlite), and the switches that end it.
+ * own transaction (postgres-js, PGlite), and the switch that ends it.
  *
- * Both drivers send a statement made through a transaction's client whenever it is made, also after
- * inboxed's completion check and after COMMIT:
+ * Neither driver refuses a statement sent through a transaction's client after inboxed's completion
+ * check, or after COMMIT:
  * - between the check and COMMIT, a raw ROLLBACK (or a failing statement) ends or aborts the
  *   transaction after the check passed: COMMIT then answers without an error, and the attempt
  *   would be `processed` with nothing committed;
