@@ -63,40 +63,43 @@ describe.each(DRIVERS)('transaction integrity on %s', (driver) => {
     expect(await inboxIds()).toEqual([]);
   });
 
-  it('a handler that sends ROLLBACK itself, then writes more, is a counted failure (TRANSACTION_ENDED); the claim is gone', async () => {
+  it('a ROLLBACK the handler sends itself is refused: a counted failure (TRANSACTION_ENDED) even when it catches the refusal; nothing it wrote commits', async () => {
+    let refusal: unknown;
     const process = withInbox(
       async (message: InboxMessage, tx: any) => {
         await tx.insert(t.effects).values({ messageId: message.id, value: 'before' });
-        await tx.execute(sql`rollback`);
-        await tx.insert(t.effects).values({ messageId: message.id, value: 'after' }); // outside any transaction now
+        await tx.execute(sql`rollback`).catch((error: unknown) => (refusal = error));
+        await tx.insert(t.effects).values({ messageId: message.id, value: 'after' });
       },
       options({ maxAttempts: 2 }),
     );
     const first = await process({ id: 'rollback', payload: {} });
+    expect(refusal).toMatchObject({ cause: { code: InboxErrorCodes.TRANSACTION_ENDED } }); // Drizzle wraps it
     expect(first).toMatchObject({ status: 'retry', reason: 'handler-failed', attempt: 1 });
     expect(first.error?.code).toBe(InboxErrorCodes.TRANSACTION_ENDED);
     expect(await inboxIds()).toEqual([]);
-    // The write after the handler's own ROLLBACK escaped the inbox: documented, and visible here.
-    expect(await t.query(`select value from "${t.schema}".effects`)).toEqual([{ value: 'after' }]);
+    expect(await t.countEffects()).toBe(0);
     expect(await process({ id: 'rollback', payload: {} })).toMatchObject({ status: 'dead-letter', reason: 'max-attempts-exceeded' });
   });
 
-  it('a handler that sends COMMIT itself is a counted failure (TRANSACTION_ENDED); what it committed is then a duplicate', async () => {
-    const process = withInbox(async (message: InboxMessage, tx: any) => {
-      await tx.insert(t.effects).values({ messageId: message.id, value: 'before' });
-      await tx.execute(sql`commit`);
-      await tx.insert(t.effects).values({ messageId: message.id, value: 'after' });
+  it('a COMMIT the handler sends itself, in whatever form, is refused before it commits anything: counted (TRANSACTION_ENDED), and the redelivery runs the handler again', async () => {
+    const forms = ['commit', 'COMMIT; BEGIN', '/* done */ end', 'select 1; commit and chain', "prepare transaction 'inbox'"];
+    const process = withInbox(async (message: InboxMessage, tx: any, { attempt }) => {
+      await tx.insert(t.effects).values({ messageId: message.id, value: `attempt ${attempt}` });
+      if (attempt === 1) await tx.execute(sql.raw(forms[Number(message.id)]!));
     }, options());
-    const first = await process({ id: 'commit', payload: {} });
-    expect(first).toMatchObject({ status: 'retry', reason: 'handler-failed', attempt: 1 });
-    expect(first.error?.code).toBe(InboxErrorCodes.TRANSACTION_ENDED);
-    expect(await attempts()).toEqual([{ message_id: 'commit', attempts: 1, last_error_code: InboxErrorCodes.TRANSACTION_ENDED }]);
-    // The handler's COMMIT made the claim permanent: the redelivery must not apply the effect again.
-    expect(await process({ id: 'commit', payload: {} })).toMatchObject({ status: 'duplicate' });
-    expect(await t.countEffects()).toBe(2);
-    // The check ran outside any transaction: it says so by failing, not by a WARNING the driver
-    // prints (postgres-js logs every notice by default). ROLLBACK's own warning is the only one.
-    expect(t.notices.filter((notice) => notice.startsWith('WARNING') && !notice.endsWith('there is no transaction in progress'))).toEqual([]);
+    for (const [index] of forms.entries()) {
+      const first = await process({ id: String(index), payload: {} });
+      expect(first).toMatchObject({ status: 'retry', reason: 'handler-failed', attempt: 1 });
+      expect(first.error?.code).toBe(InboxErrorCodes.TRANSACTION_ENDED);
+    }
+    expect(await inboxIds()).toEqual([]);
+    expect(await t.countEffects()).toBe(0);
+    expect((await attempts()).map((row) => row.last_error_code)).toEqual(forms.map(() => InboxErrorCodes.TRANSACTION_ENDED));
+    for (const [index] of forms.entries()) expect(await process({ id: String(index), payload: {}, attempt: 2 })).toMatchObject({ status: 'processed' });
+    expect(await t.query(`select distinct value from "${t.schema}".effects`)).toEqual([{ value: 'attempt 2' }]);
+    // Nothing reached the server outside a transaction: no WARNING (postgres-js logs every notice by default).
+    expect(t.notices.filter((notice) => notice.startsWith('WARNING'))).toEqual([]);
   });
 
   it('a ROLLBACK the handler did not await, sent once it returned (between the completion check and COMMIT), is refused: processed means committed', async () => {
@@ -275,4 +278,47 @@ describe.each(DRIVERS)('a Drizzle transaction passed as options.db on %s', (driv
       expect(() => withInbox(async () => {}, { ...options, mode: 'leased' })).toThrowError(expect.objectContaining(refused));
     });
   });
+});
+
+/**
+ * One connection for two deliveries. On postgres-js a ROLLBACK or COMMIT that reached the server
+ * would make postgres-js hand the connection to the waiting delivery while the first one's check
+ * and COMMIT were still to come on it: they ran inside the other's transaction (committing it mid-
+ * handler, or rolling it back), or waited for ever behind its BEGIN.
+ */
+describe.each(DRIVERS)('a handler ending its own transaction, with another delivery waiting for the connection, on %s', (driver) => {
+  const database = useMigratedDatabase(driver, { poolSize: 1 });
+  let t: TestDatabase;
+  beforeEach(() => {
+    t = database.t;
+  });
+
+  for (const ending of ['rollback', 'commit'] as const) {
+    it(`${ending}: the waiting delivery commits exactly what it reports`, async () => {
+      const ender = withInbox(
+        async (message: InboxMessage, tx: any) => {
+          await tx.insert(t.effects).values({ messageId: message.id, value: 'ender' });
+          await tx.execute(sql.raw(ending)).catch(() => {});
+          await sleep(80); // the waiting delivery would have the connection by now
+        },
+        database.options({ consumer: 'ender' }),
+      );
+      const waiting = withInbox(
+        async (message: InboxMessage, tx: any) => {
+          await tx.insert(t.effects).values({ messageId: message.id, value: 'waiting, 1' });
+          await sleep(300);
+          await tx.insert(t.effects).values({ messageId: message.id, value: 'waiting, 2' });
+          throw new Error('the waiting delivery fails: nothing of it may commit');
+        },
+        database.options({ consumer: 'waiting' }),
+      );
+      const ended = ender({ id: 'a', payload: {} });
+      await sleep(5);
+      const [first, second] = await Promise.all([ended, waiting({ id: 'b', payload: {} })]);
+      expect(first).toMatchObject({ status: 'retry', error: { code: InboxErrorCodes.TRANSACTION_ENDED } });
+      expect(second).toMatchObject({ status: 'retry', reason: 'handler-failed' });
+      expect(await t.query(`select message_id from "${t.schema}".inbox`)).toEqual([]);
+      expect(await t.countEffects()).toBe(0);
+    });
+  }
 });

@@ -71,9 +71,14 @@ export async function drizzleTransaction<TDb extends AnyPgDatabase, T>(
         const handler: HandlerScope<TDb> = guarded === undefined ? { tx, end: async () => {} } : { ...guarded, abandon: guarded.end };
         try {
           result = await plan.body(tx, claimed.ids, handler);
+          // The handler tried to end the transaction itself: refused, and it fails the attempt even
+          // if the handler caught the refusal (what it meant to undo must not commit).
+          const refusal = guarded?.refusal();
+          if (refusal !== undefined) throw refusal;
         } catch (error) {
-          thrownByBody = { error };
-          throw error;
+          const failure = guarded?.refusal() ?? error;
+          thrownByBody = { error: failure };
+          throw failure;
         } finally {
           // Already ended by the body, unless it failed before the handler ran.
           await handler.end();

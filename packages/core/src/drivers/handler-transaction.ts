@@ -1,4 +1,5 @@
 import { InboxError, InboxErrorCodes } from '../errors.js';
+import { endingRefused, transactionEndingStatement } from './transaction-control.js';
 
 /**
  * @internal The handler's view of an inbox transaction on the drivers where inboxed uses Drizzle's
@@ -29,6 +30,8 @@ export interface HandlerTransaction<T> {
    * transaction it would abort). So the end waits for them, as it always did for a hung handler.
    */
   end(): Promise<void>;
+  /** The handler's refused attempt to end the transaction itself (see `endingRefused`), if any. */
+  refusal(): InboxError | undefined;
 }
 
 /** The parts of Drizzle's transaction that a second one over another client is built from. */
@@ -64,6 +67,8 @@ interface PgliteTransaction {
 /** Shared by a guarded transaction and its savepoints' clients. */
 class GuardState {
   closed = false;
+  /** The first statement refused for ending the transaction: the attempt fails with it. */
+  refusal: InboxError | undefined;
   private readonly savepoints = new Set<Promise<unknown>>();
 
   /** Tracks a savepoint until postgres-js has settled it (its `ROLLBACK TO` included). */
@@ -77,6 +82,16 @@ class GuardState {
     while (this.savepoints.size > 0) await Promise.allSettled([...this.savepoints]);
     this.closed = true;
   }
+
+  /** The refusal for a statement the handler may not send now, or undefined to send it. */
+  refuse(text: unknown): InboxError | undefined {
+    if (this.closed) return transactionEnded();
+    const ending = typeof text === 'string' ? transactionEndingStatement(text) : undefined;
+    if (ending === undefined) return undefined;
+    const refused = endingRefused(ending);
+    this.refusal ??= refused;
+    return refused;
+  }
 }
 
 function transactionEnded(): InboxError {
@@ -86,10 +101,21 @@ function transactionEnded(): InboxError {
   );
 }
 
-/** A refused statement, shaped like the postgres-js query Drizzle expects (it awaits it, or calls `.values()` first). */
-function refusedQuery(): Promise<never> {
-  const refused = Promise.reject(transactionEnded());
-  return Object.assign(refused, { values: () => refused, execute: () => refused });
+/**
+ * A refused statement, shaped like the postgres-js query Drizzle expects (it awaits it, or calls
+ * `.values()` first). Lazy like one: it rejects only when awaited, so a refused query the handler
+ * never awaits is not an unhandled rejection.
+ */
+function refusedQuery(error: InboxError): PromiseLike<never> {
+  const refused: PromiseLike<never> & Record<string, unknown> = {
+    // biome-ignore lint/suspicious/noThenProperty: a query is a thenable, and this stands for one.
+    then: (onFulfilled, onRejected) => Promise.reject(error).then(onFulfilled, onRejected),
+    catch: (onRejected: (reason: unknown) => unknown) => Promise.reject(error).catch(onRejected),
+    finally: (onFinally: () => void) => Promise.reject(error).finally(onFinally),
+    values: () => refused,
+    execute: () => refused,
+  };
+  return refused;
 }
 
 /**
@@ -104,7 +130,8 @@ class GuardedScopedSql {
   ) {}
 
   unsafe(...args: unknown[]): unknown {
-    if (this.state.closed) return refusedQuery();
+    const refused = this.state.refuse(args[0]);
+    if (refused !== undefined) return refusedQuery(refused);
     const query = this.scoped.unsafe(...args);
     const send = query.handler;
     const { state } = this;
@@ -113,8 +140,8 @@ class GuardedScopedSql {
     return query;
   }
 
-  savepoint(...args: unknown[]): Promise<unknown> {
-    if (this.state.closed) return refusedQuery();
+  savepoint(...args: unknown[]): PromiseLike<unknown> {
+    if (this.state.closed) return refusedQuery(transactionEnded());
     const work = args[args.length - 1] as (nested: unknown) => unknown;
     const savepoint = this.scoped.savepoint(...args.slice(0, -1), (nested: ScopedSql) => work(new GuardedScopedSql(nested, this.state)));
     this.state.track(savepoint);
@@ -130,7 +157,8 @@ class GuardedPgliteTransaction {
   ) {}
 
   query(...args: unknown[]): Promise<unknown> {
-    if (this.state.closed) return Promise.reject(transactionEnded());
+    const refused = this.state.refuse(args[0]);
+    if (refused !== undefined) return Promise.reject(refused);
     return this.transaction.query(...args);
   }
 }
@@ -158,5 +186,6 @@ export function guardedHandlerTransaction<T>(tx: T): HandlerTransaction<T> | und
   return {
     tx: new parts.constructor(parts.dialect, guardedSession, parts.schema) as T,
     end: () => state.close(),
+    refusal: () => state.refusal,
   };
 }

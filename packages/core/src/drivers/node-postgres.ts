@@ -5,6 +5,7 @@ import { recordClaimOf } from '../telemetry/instruments.js';
 import { bodyFailure, brokenConnectionFailure, claimFailure, completionFailure, type TransactionFailure } from '../transaction-failures.js';
 import type { AnyPgDatabase, TransactionOf } from '../types.js';
 import type { HandlerScope, TransactionPlan, TransactionResult } from '../transaction.js';
+import { endingRefused, transactionEndingStatement } from './transaction-control.js';
 
 interface PgPoolClient {
   query(text: string): Promise<unknown>;
@@ -99,6 +100,8 @@ function firstOf(rollbackError: unknown, connectionProblem: unknown): unknown {
  */
 class ObservedClient {
   private closed = false;
+  /** The handler's first refused attempt to end the transaction itself (see `endingRefused`). */
+  refusal: InboxError | undefined;
 
   constructor(
     private readonly client: PgPoolClient,
@@ -106,7 +109,14 @@ class ObservedClient {
   ) {}
 
   query(...args: unknown[]): unknown {
-    if (this.closed) return refuseLateStatement(args);
+    if (this.closed) return refuseStatement(args, lateStatementError());
+    const config = args[0] as string | { text?: unknown } | undefined;
+    const text = typeof config === 'string' ? config : config?.text;
+    const ending = typeof text === 'string' ? transactionEndingStatement(text) : undefined;
+    if (ending !== undefined) {
+      this.refusal ??= endingRefused(ending);
+      return refuseStatement(args, this.refusal);
+    }
     const result = (this.client.query as (...a: unknown[]) => unknown).apply(this.client, args);
     if (typeof (result as Promise<unknown> | undefined)?.then === 'function') (result as Promise<unknown>).then(undefined, this.onFailure);
     return result;
@@ -122,11 +132,15 @@ class ObservedClient {
  * connection is about to serve the next delivery: run there, the statement would join that
  * delivery's transaction and commit, or fail, with it. It is refused instead.
  */
-function refuseLateStatement(args: unknown[]): Promise<never> | undefined {
-  const error = new InboxError(
+function lateStatementError(): InboxError {
+  return new InboxError(
     InboxErrorCodes.TRANSACTION_ENDED,
     "a statement was sent through the handler's tx after the handler returned; its transaction is over (await every statement inside the handler)",
   );
+}
+
+/** A refused statement, answered the way node-postgres answers: through the callback when given one. */
+function refuseStatement(args: unknown[], error: InboxError): Promise<never> | undefined {
   const callback = args[args.length - 1];
   if (typeof callback === 'function') {
     queueMicrotask(() => (callback as (error: Error) => void)(error));
@@ -226,8 +240,12 @@ export async function nodePostgresTransaction<TDb extends AnyPgDatabase, T>(
     try {
       value = await plan.body(tx, claimed.ids, handler);
       handlerClient.close();
-    } catch (error) {
+      // The handler tried to end the transaction itself: refused, and it fails the attempt even if
+      // the handler caught the refusal (what it meant to undo must not commit).
+      if (handlerClient.refusal !== undefined) throw handlerClient.refusal;
+    } catch (thrown) {
       handlerClient.close();
+      const error = handlerClient.refusal ?? thrown;
       if (abandoned) {
         failure = bodyFailure(error);
         return { ok: false, failure };

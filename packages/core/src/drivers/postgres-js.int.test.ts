@@ -184,6 +184,26 @@ describe("postgres-js: the handler transaction's own client", () => {
     expect(await effects()).toEqual(['q']);
   });
 
+  it('a refused query the handler never awaits is not an unhandled rejection (postgres-js queries are lazy, and so is the refusal)', async () => {
+    const unhandled: unknown[] = [];
+    const record = (reason: unknown) => unhandled.push(reason);
+    process.on('unhandledRejection', record);
+    try {
+      const withLateQuery = withInbox(async (message: InboxMessage, tx: any) => {
+        const client = tx.session.client;
+        setTimeout(() => client.unsafe(insertEffect(`${message.id}-late`)), 0);
+        client.unsafe('rollback'); // refused at once, never awaited
+        await tx.insert(t.effects).values({ messageId: message.id });
+      }, database.options());
+      expect(await withLateQuery({ id: 'lazy', payload: {} })).toMatchObject({ status: 'retry', error: { code: InboxErrorCodes.TRANSACTION_ENDED } });
+      await sleep(50);
+      expect(unhandled).toEqual([]);
+      expect(await effects()).toEqual([]);
+    } finally {
+      process.off('unhandledRejection', record);
+    }
+  });
+
   it('a savepoint it left running is settled before the transaction ends: its ROLLBACK TO never reaches the next delivery', async () => {
     let leftRunning: Promise<unknown> | undefined;
     const leaky = withInbox(

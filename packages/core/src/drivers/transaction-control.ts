@@ -1,0 +1,138 @@
+import { InboxError, InboxErrorCodes } from '../errors.js';
+
+/** Words that can start a statement ending the transaction; most statements hold none of them. */
+const MAY_END = /commit|rollback|end|abort|prepare/i;
+
+/** The first three words of a statement, once literals and comments are out of the way. */
+const HEAD = /^\s*([a-z]+)(?:\s+([a-z]+))?(?:\s+([a-z]+))?/i;
+
+/** A dollar quote's opening tag (`$$`, `$body$`); `$1` is a parameter. */
+const DOLLAR_TAG = /\$(?:[a-z_\u0080-\uffff][\w\u0080-\uffff]*)?\$/iy;
+
+/** A character that continues an identifier: a quote or `$` right after one is not a literal's start. */
+const IDENTIFIER_PART = /[\w$\u0080-\uffff]/;
+
+/**
+ * @internal The statement in `text` that would end the transaction it runs in (`COMMIT`, `END`,
+ * `ROLLBACK` but not `ROLLBACK TO` a savepoint, `ABORT`, `PREPARE TRANSACTION`), as its first words;
+ * undefined when there is none. Each statement of a multi-statement text is read; string literals
+ * (also `E''` and dollar-quoted ones), quoted identifiers and comments are skipped, so a word inside
+ * them is never taken for a statement.
+ */
+export function transactionEndingStatement(text: string): string | undefined {
+  if (!MAY_END.test(text)) return undefined;
+  for (const statement of withoutLiterals(text).split(';')) {
+    const head = HEAD.exec(statement);
+    if (head === null) continue;
+    const [first = '', second = '', third = ''] = head.slice(1).map((word) => word?.toLowerCase());
+    if (endsTransaction(first, second, third)) return head[0].trim().toUpperCase();
+  }
+  return undefined;
+}
+
+function endsTransaction(first: string, second: string, third: string): boolean {
+  switch (first) {
+    case 'commit':
+    case 'end':
+    case 'abort':
+      return true;
+    case 'rollback': {
+      // ROLLBACK [WORK | TRANSACTION] TO [SAVEPOINT] name only undoes to a savepoint.
+      const next = second === 'work' || second === 'transaction' ? third : second;
+      return next !== 'to';
+    }
+    case 'prepare':
+      return second === 'transaction';
+    default:
+      return false;
+  }
+}
+
+/** `text` with every literal, quoted identifier and comment replaced by a space. */
+function withoutLiterals(text: string): string {
+  let out = '';
+  let i = 0;
+  while (i < text.length) {
+    const char = text[i]!;
+    const next = text[i + 1];
+    const startsToken = i === 0 || !IDENTIFIER_PART.test(text[i - 1]!);
+    let end = i + 1;
+    if (char === '-' && next === '-') {
+      const newline = text.indexOf('\n', i);
+      end = newline === -1 ? text.length : newline;
+    } else if (char === '/' && next === '*') {
+      end = blockCommentEnd(text, i);
+    } else if (char === "'") {
+      // E'...' takes backslash escapes: the E is a token of its own right before the quote.
+      const escapes = i > 0 && (text[i - 1] === 'e' || text[i - 1] === 'E') && (i === 1 || !IDENTIFIER_PART.test(text[i - 2]!));
+      end = quotedEnd(text, i, "'", escapes);
+    } else if (char === '"') {
+      end = quotedEnd(text, i, '"', false);
+    } else if (char === '$' && startsToken) {
+      DOLLAR_TAG.lastIndex = i;
+      const tag = DOLLAR_TAG.exec(text)?.[0];
+      if (tag !== undefined) {
+        const close = text.indexOf(tag, i + tag.length);
+        end = close === -1 ? text.length : close + tag.length;
+      }
+    } else {
+      out += char;
+      i++;
+      continue;
+    }
+    out += ' ';
+    i = end;
+  }
+  return out;
+}
+
+/** The index after the quoted literal or identifier that starts at `start` (a doubled quote is one). */
+function quotedEnd(text: string, start: number, quote: string, backslashEscapes: boolean): number {
+  let i = start + 1;
+  while (i < text.length) {
+    const char = text[i];
+    if (backslashEscapes && char === '\\') {
+      i += 2;
+    } else if (char === quote) {
+      if (text[i + 1] !== quote) return i + 1;
+      i += 2;
+    } else {
+      i++;
+    }
+  }
+  return text.length;
+}
+
+/** The index after the block comment that starts at `start`; they nest. */
+function blockCommentEnd(text: string, start: number): number {
+  let depth = 0;
+  let i = start;
+  while (i < text.length) {
+    if (text[i] === '/' && text[i + 1] === '*') {
+      depth++;
+      i += 2;
+    } else if (text[i] === '*' && text[i + 1] === '/') {
+      depth--;
+      i += 2;
+      if (depth === 0) return i;
+    } else {
+      i++;
+    }
+  }
+  return text.length;
+}
+
+/**
+ * @internal The refusal of a statement the handler sent to end its own transaction. On postgres-js
+ * it would not only end it: once the server reports no transaction, postgres-js hands the connection
+ * back to the pool, to the next delivery's `begin`, while inboxed's check and COMMIT are still to
+ * come on it (they would run, or wait for ever, inside that other delivery's transaction). So it is
+ * refused on every driver before it is sent, and the attempt fails even if the handler caught this.
+ */
+export function endingRefused(statement: string): InboxError {
+  return new InboxError(
+    InboxErrorCodes.TRANSACTION_ENDED,
+    `the handler sent ${statement} through its tx: refused. inboxed ends the transaction itself (throw to roll back, or use tx.transaction() for a savepoint)`,
+    { details: { statement } },
+  );
+}
