@@ -15,7 +15,7 @@ export async function runHandler<TDb extends AnyPgDatabase, R>(
   scope: HandlerScope<TDb>,
   timeoutMs: number | null,
   signal: AbortSignal | undefined,
-  consumer: string,
+  consumer: string | undefined,
   call: (tx: TransactionOf<TDb>, signal: AbortSignal) => R | Promise<R>,
 ): Promise<R> {
   const savepoints = watchSavepoints(scope.tx);
@@ -30,7 +30,7 @@ export async function runHandler<TDb extends AnyPgDatabase, R>(
 }
 
 /**
- * @internal Ends the handler's `tx` once the statements it started before it settled have reached
+ * Ends the handler's `tx` once the statements it started before it settled have reached
  * the driver. Drizzle hands a query to the driver a few promise reactions after it is started, so a
  * statement the handler started without awaiting it would otherwise be refused or sent depending on
  * how deep that chain is. The rest of the current turn of the event loop lets every such statement
@@ -38,7 +38,7 @@ export async function runHandler<TDb extends AnyPgDatabase, R>(
  * in a later turn (from a timer, or chained on a query's answer) is refused. Whichever it is, it
  * cannot land after the check.
  */
-export async function endHandlerScope<TDb extends AnyPgDatabase>(scope: HandlerScope<TDb>): Promise<void> {
+async function endHandlerScope<TDb extends AnyPgDatabase>(scope: HandlerScope<TDb>): Promise<void> {
   await new Promise<void>((resolve) => setImmediate(resolve));
   await scope.end();
 }

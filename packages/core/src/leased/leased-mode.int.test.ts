@@ -408,6 +408,45 @@ describe.each(DRIVERS)('leased mode on %s', (driver) => {
     expect(await row('m8')).toMatchObject({ status: 'processing', leased: false });
   });
 
+  it('a completion that never settles is held to handlerTimeoutMs like the handler: a counted HANDLER_TIMEOUT, nothing committed, the claim released', async () => {
+    const process = withInbox(
+      async (message: InboxMessage, context) => {
+        context.complete(async (tx: any) => {
+          await tx.insert(t.effects).values({ messageId: message.id });
+          await new Promise(() => {}); // ignores every signal
+        });
+      },
+      leased({ handlerTimeoutMs: 100 }),
+    );
+    const outcome = await process({ id: 'm9', payload: {} });
+    expect(outcome).toMatchObject({ status: 'retry', reason: 'handler-failed' });
+    expect(outcome.error?.code).toBe(InboxErrorCodes.HANDLER_TIMEOUT);
+    expect(await t.countEffects('m9')).toBe(0);
+    expect(await row('m9')).toMatchObject({ status: 'processing', leased: false });
+    expect(await attempts('m9')).toMatchObject({ attempts: 1, last_error_code: InboxErrorCodes.HANDLER_TIMEOUT });
+  });
+
+  it('savepoints side by side in a completion are refused as in transactional mode (OVERLAPPING_SAVEPOINTS): none of it commits', async () => {
+    let first: unknown;
+    const process = withInbox(async (message: InboxMessage, context) => {
+      context.complete(async (tx: any) => {
+        const running = tx.transaction(async (savepoint: any) => {
+          await savepoint.insert(t.effects).values({ messageId: message.id, value: 'first, 1' });
+          await sleep(30);
+          await savepoint.insert(t.effects).values({ messageId: message.id, value: 'first, 2' });
+        });
+        // Would roll back the first one's second write, which then reports success.
+        await tx.transaction((savepoint: any) => savepoint.insert(t.effects).values({ messageId: message.id, value: 'second' })).catch(() => {});
+        first = await running.then(() => 'ok');
+      });
+    }, leased());
+    const outcome = await process({ id: 'm10', payload: {} });
+    expect(first).toBe('ok');
+    expect(outcome).toMatchObject({ status: 'retry', reason: 'handler-failed' });
+    expect(outcome.error?.code).toBe(InboxErrorCodes.OVERLAPPING_SAVEPOINTS);
+    expect(await t.countEffects('m10')).toBe(0);
+  });
+
   it('a transactional processor meeting a leased claim: busy while it is live, dead-lettered (mode-mismatch) once released', async () => {
     const hold = gate();
     const entered = gate();

@@ -9,7 +9,7 @@ import { boundedBusyDelay, isOutcome, outcomeOfExisting, prepareMessage } from '
 import { completionOf, type Completion } from '../handler-result.js';
 import { parseStoredResult, type StoredResult } from '../stored-result.js';
 import { bodyFailure, claimFailure, type TransactionFailure } from '../transaction-failures.js';
-import { endHandlerScope } from '../run-handler.js';
+import { runHandler } from '../run-handler.js';
 import { runInboxTransaction } from '../transaction.js';
 import {
   OutcomeReasons,
@@ -199,11 +199,11 @@ export function withLeasedInbox<TDb extends AnyPgDatabase, TPayload>(
             throw new InboxStatementError('complete', error);
           }
           if (!completed) throw new FencedOff();
-          try {
-            for (const work of completions) await work(completionScope.tx);
-          } finally {
-            await endHandlerScope(completionScope);
-          }
+          // The completions are the handler's code: under its deadline, their savepoints watched,
+          // their tx ended as soon as they settle. Not recorded as a second handler duration.
+          await runHandler(completionScope, resolved.handlerTimeoutMs, undefined, undefined, async (completionTx) => {
+            for (const work of completions) await work(completionTx);
+          });
         },
       });
       if (result.ok) {
