@@ -34,9 +34,11 @@ export async function runHandler<TDb extends AnyPgDatabase, R>(
  * the driver. Drizzle hands a query to the driver a few promise reactions after it is started, so a
  * statement the handler started without awaiting it would otherwise be refused or sent depending on
  * how deep that chain is. The rest of the current turn of the event loop lets every such statement
- * through, into the transaction ahead of inboxed's own statements and its completion check; one sent
- * in a later turn (from a timer, or chained on a query's answer) is refused. Whichever it is, it
- * cannot land after the check.
+ * through, into the transaction ahead of inboxed's own statements and its completion check. One sent
+ * later (from a timer, or chained on a query's answer) is refused, unless it comes before that turn
+ * ends (a timer already due when the handler settled inside a `setImmediate` callback): then it is
+ * one more statement of the transaction, ahead of the check. Whichever it is, it cannot land after
+ * the check, and a statement that would end the transaction is refused whenever it comes.
  */
 async function endHandlerScope<TDb extends AnyPgDatabase>(scope: HandlerScope<TDb>): Promise<void> {
   await new Promise<void>((resolve) => setImmediate(resolve));
