@@ -83,7 +83,15 @@ describe.each(DRIVERS)('transaction integrity on %s', (driver) => {
   });
 
   it('a COMMIT the handler sends itself, in whatever form, is refused before it commits anything: counted (TRANSACTION_ENDED), and the redelivery runs the handler again', async () => {
-    const forms = ['commit', 'COMMIT; BEGIN', '/* done */ end', 'select 1; commit and chain', "prepare transaction 'inbox'"];
+    const forms = [
+      'commit',
+      'COMMIT; BEGIN',
+      '/* done */ end',
+      'select 1; commit and chain',
+      "prepare transaction 'inbox'",
+      '-- a comment ends at a carriage return too\rcommit',
+      "select '\\''; commit; --'", // a COMMIT whichever way standard_conforming_strings reads the backslash
+    ];
     const process = withInbox(async (message: InboxMessage, tx: any, { attempt }) => {
       await tx.insert(t.effects).values({ messageId: message.id, value: `attempt ${attempt}` });
       if (attempt === 1) await tx.execute(sql.raw(forms[Number(message.id)]!));

@@ -84,8 +84,10 @@ class GuardState {
   }
 
   /** The refusal for a statement the handler may not send now, or undefined to send it. */
-  refuse(text: unknown): InboxError | undefined {
+  refuse(query: unknown): InboxError | undefined {
     if (this.closed) return transactionEnded();
+    // A text, or a query object carrying one (which a driver may refuse itself, or may not).
+    const text = typeof query === 'string' ? query : (query as { text?: unknown } | null)?.text;
     const ending = typeof text === 'string' ? transactionEndingStatement(text) : undefined;
     if (ending === undefined) return undefined;
     const refused = endingRefused(ending);

@@ -3,29 +3,49 @@ import { InboxError, InboxErrorCodes } from '../errors.js';
 /** Words that can start a statement ending the transaction; most statements hold none of them. */
 const MAY_END = /commit|rollback|end|abort|prepare/i;
 
-/** The first three words of a statement, once literals and comments are out of the way. */
-const HEAD = /^\s*([a-z]+)(?:\s+([a-z]+))?(?:\s+([a-z]+))?/i;
-
 /** A dollar quote's opening tag (`$$`, `$body$`); `$1` is a parameter. */
 const DOLLAR_TAG = /\$(?:[a-z_\u0080-\uffff][\w\u0080-\uffff]*)?\$/iy;
 
 /** A character that continues an identifier: a quote or `$` right after one is not a literal's start. */
 const IDENTIFIER_PART = /[\w$\u0080-\uffff]/;
 
+/** Words and single punctuation characters, once literals and comments are out of the way. */
+const TOKEN = /[a-z_\u0080-\uffff][\w$\u0080-\uffff]*|\S/gi;
+
+/** Either newline character: the server ends a `--` comment at both. */
+const NEWLINE = /[\n\r]/g;
+
 /**
  * @internal The statement in `text` that would end the transaction it runs in (`COMMIT`, `END`,
  * `ROLLBACK` but not `ROLLBACK TO` a savepoint, `ABORT`, `PREPARE TRANSACTION`), as its first words;
  * undefined when there is none. Each statement of a multi-statement text is read; string literals
  * (also `E''` and dollar-quoted ones), quoted identifiers and comments are skipped, so a word inside
- * them is never taken for a statement.
+ * them is never taken for a statement. A plain string's backslash means one thing with
+ * `standard_conforming_strings` on and another with it off (which a handler can set): the text is
+ * read both ways, and refused if either finds such a statement.
  */
 export function transactionEndingStatement(text: string): string | undefined {
   if (!MAY_END.test(text)) return undefined;
-  for (const statement of withoutLiterals(text).split(';')) {
-    const head = HEAD.exec(statement);
-    if (head === null) continue;
-    const [first = '', second = '', third = ''] = head.slice(1).map((word) => word?.toLowerCase());
-    if (endsTransaction(first, second, third)) return head[0].trim().toUpperCase();
+  return endingStatementIn(withoutLiterals(text, false)) ?? (text.includes('\\') ? endingStatementIn(withoutLiterals(text, true)) : undefined);
+}
+
+/**
+ * The first statement ending the transaction among those separated by `;`. The one `;` that does
+ * not separate statements is inside the `BEGIN ATOMIC ... END` body of `CREATE [OR REPLACE]
+ * FUNCTION | PROCEDURE`, whose `END` then stands alone after a `;`: a lone `END` is taken for a
+ * body's end only as many times as such bodies were opened before it, and for a `COMMIT` otherwise.
+ */
+function endingStatementIn(skeleton: string): string | undefined {
+  let openBodies = 0;
+  for (const statement of skeleton.split(';')) {
+    const tokens = (statement.match(TOKEN) ?? []).map((token) => token.toLowerCase());
+    if (tokens.length === 1 && tokens[0] === 'end' && openBodies > 0) {
+      openBodies--;
+      continue;
+    }
+    if (startsRoutine(tokens)) openBodies += atomicBodies(tokens);
+    const [first = '', second = '', third = ''] = tokens;
+    if (endsTransaction(first, second, third)) return tokens.slice(0, 3).join(' ').toUpperCase();
   }
   return undefined;
 }
@@ -48,8 +68,30 @@ function endsTransaction(first: string, second: string, third: string): boolean 
   }
 }
 
-/** `text` with every literal, quoted identifier and comment replaced by a space. */
-function withoutLiterals(text: string): string {
+/** `CREATE [OR REPLACE] FUNCTION | PROCEDURE`, from the statement's first tokens. */
+function startsRoutine(tokens: string[]): boolean {
+  if (tokens[0] !== 'create') return false;
+  const kind = tokens[1] === 'or' && tokens[2] === 'replace' ? tokens[3] : tokens[1];
+  return kind === 'function' || kind === 'procedure';
+}
+
+/** How many `BEGIN ATOMIC` outside parentheses a routine's tokens hold (a body opens one at most). */
+function atomicBodies(tokens: string[]): number {
+  let depth = 0;
+  let bodies = 0;
+  for (const [index, token] of tokens.entries()) {
+    if (token === '(') depth++;
+    else if (token === ')') depth = Math.max(0, depth - 1);
+    else if (depth === 0 && token === 'begin' && tokens[index + 1] === 'atomic') bodies++;
+  }
+  return bodies;
+}
+
+/**
+ * `text` with every literal, quoted identifier and comment replaced by a space; `backslashEscapes`
+ * reads every string as `standard_conforming_strings = off` does.
+ */
+function withoutLiterals(text: string, backslashEscapes: boolean): string {
   let out = '';
   let i = 0;
   while (i < text.length) {
@@ -58,13 +100,13 @@ function withoutLiterals(text: string): string {
     const startsToken = i === 0 || !IDENTIFIER_PART.test(text[i - 1]!);
     let end = i + 1;
     if (char === '-' && next === '-') {
-      const newline = text.indexOf('\n', i);
-      end = newline === -1 ? text.length : newline;
+      NEWLINE.lastIndex = i;
+      end = NEWLINE.exec(text)?.index ?? text.length;
     } else if (char === '/' && next === '*') {
       end = blockCommentEnd(text, i);
     } else if (char === "'") {
       // E'...' takes backslash escapes: the E is a token of its own right before the quote.
-      const escapes = i > 0 && (text[i - 1] === 'e' || text[i - 1] === 'E') && (i === 1 || !IDENTIFIER_PART.test(text[i - 2]!));
+      const escapes = backslashEscapes || (i > 0 && (text[i - 1] === 'e' || text[i - 1] === 'E') && (i === 1 || !IDENTIFIER_PART.test(text[i - 2]!)));
       end = quotedEnd(text, i, "'", escapes);
     } else if (char === '"') {
       end = quotedEnd(text, i, '"', false);
