@@ -1,7 +1,11 @@
 import { InboxError, InboxErrorCodes } from '../errors.js';
 
-/** Words that can start a statement ending the transaction; most statements hold none of them. */
-const MAY_END = /commit|rollback|end|abort|prepare/i;
+/**
+ * Words that can start a statement ending the transaction; most statements hold none of them. A
+ * keyword starts a statement only after a character that cannot continue an identifier, which is
+ * all a word boundary asks (`endpoint`, `pending` and `send` do not count).
+ */
+const MAY_END = /\b(?:commit|rollback|end|abort|prepare)\b/i;
 
 /** A dollar quote's opening tag (`$$`, `$body$`); `$1` is a parameter. */
 const DOLLAR_TAG = /\$(?:[a-z_\u0080-\uffff][\w\u0080-\uffff]*)?\$/iy;
