@@ -27,11 +27,20 @@ export const InboxErrorCodes = {
    */
   TRANSACTION_ABORTED: 'TRANSACTION_ABORTED',
   /**
-   * The handler ended the inbox transaction itself (a raw `COMMIT` or `ROLLBACK`) or removed the inbox
-   * row it was running under. Counted as a failed attempt. Writes the handler made after its own
-   * `COMMIT`/`ROLLBACK` ran outside the inbox and are not protected by it.
+   * The handler tried to end the inbox transaction itself (a raw `COMMIT` or `ROLLBACK`: refused
+   * before it is sent, and the attempt fails even if the handler caught the refusal), used its `tx`
+   * after it returned (refused), or removed the inbox row it was running under. Counted as a failed
+   * attempt.
    */
   TRANSACTION_ENDED: 'TRANSACTION_ENDED',
+  /**
+   * The handler sent a query through its `tx` that could hold the connection past the handler: a
+   * cursor or a stream (a node-postgres `Submittable` such as pg-cursor or pg-query-stream, a
+   * postgres-js `.cursor()`, `.readable()` or `.writable()`). Left open, inboxed's completion check
+   * and `COMMIT` would wait behind it for ever. Refused before it is sent; thrown to the handler, it
+   * is the handler's failure like any other throw.
+   */
+  UNSUPPORTED_QUERY: 'UNSUPPORTED_QUERY',
   /**
    * The handler started a `tx.transaction()` (a savepoint) while another of the same transaction was
    * still open: they would have rolled back each other's writes. Counted as a failed attempt.

@@ -330,3 +330,69 @@ describe.each(DRIVERS)('a handler ending its own transaction, with another deliv
     });
   }
 });
+
+describe('a session a handler poisoned, on node-postgres', () => {
+  const database = useMigratedDatabase('node-postgres', { poolSize: 1 });
+  let t: TestDatabase;
+  beforeEach(() => {
+    t = database.t;
+  });
+
+  it('a claim refused on it (SET ROLE to a role that can only read) discards the connection: the next attempt gets a fresh one and processes', async () => {
+    const role = `inboxed_reader_${t.schema}`;
+    await t.query(`create role "${role}"`);
+    // Enough for the poisoning delivery's own completion check, so its COMMIT keeps the SET ROLE.
+    await t.query(`grant usage on schema "${t.schema}" to "${role}"; grant select on all tables in schema "${t.schema}" to "${role}"`);
+    try {
+      const poisoning = withInbox(
+        async (_message: InboxMessage, tx: any) => {
+          await tx.execute(sql.raw(`set session role "${role}"`)); // session-level: outlives the transaction
+        },
+        database.options({ consumer: 'poisoning' }),
+      );
+      const innocent = withInbox(
+        async (message: InboxMessage, tx: any) => void (await tx.insert(t.effects).values({ messageId: message.id })),
+        database.options(),
+      );
+      expect(await poisoning({ id: 'p', payload: {} })).toMatchObject({ status: 'processed' });
+      const first = await innocent({ id: 'i', payload: {} });
+      expect(first).toMatchObject({ status: 'retry', error: { code: InboxErrorCodes.INBOX_QUERY_FAILED } });
+      expect(await innocent({ id: 'i', payload: {} })).toMatchObject({ status: 'processed' });
+      expect(await t.countEffects('i')).toBe(1);
+    } finally {
+      await t.query(`drop owned by "${role}"; drop role "${role}"`);
+    }
+  });
+});
+
+// PGlite has no cursors or streams to send.
+describe.each(DRIVERS.filter((driver) => driver !== 'pglite'))('a cursor or stream on the handler tx, on %s', (driver) => {
+  const database = useMigratedDatabase(driver, { poolSize: 1 });
+  let t: TestDatabase;
+  beforeEach(() => {
+    t = database.t;
+  });
+
+  it('is refused (UNSUPPORTED_QUERY) before it is sent: one left open would hold the connection under the check and COMMIT', async () => {
+    let refusal: unknown;
+    const process = withInbox(async (message: InboxMessage, tx: any) => {
+      const client = tx.session.client;
+      if (driver === 'postgres-js') {
+        try {
+          client.unsafe('select generate_series(1, 10)').cursor(1);
+        } catch (error) {
+          refusal = error;
+        }
+      } else {
+        // A Submittable, as pg-cursor and pg-query-stream are: it would be handed the connection.
+        const cursor = { submit: () => {}, handleError: (error: unknown) => (refusal = error) };
+        client.query(cursor);
+        await sleep(10);
+      }
+      await tx.insert(t.effects).values({ messageId: message.id });
+    }, database.options());
+    expect(await process({ id: 'cursor', payload: {} })).toMatchObject({ status: 'processed' });
+    expect(refusal).toMatchObject({ code: InboxErrorCodes.UNSUPPORTED_QUERY });
+    expect(await t.countEffects('cursor')).toBe(1);
+  });
+});

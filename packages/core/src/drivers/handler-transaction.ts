@@ -1,5 +1,5 @@
 import { InboxError, InboxErrorCodes } from '../errors.js';
-import { endingRefused, transactionEndingStatement } from './transaction-control.js';
+import { endingRefused, streamRefused, transactionEndingStatement } from './transaction-control.js';
 
 /**
  * @internal The handler's view of an inbox transaction on the drivers where inboxed uses Drizzle's
@@ -50,6 +50,9 @@ interface DrizzleTransactionParts {
 /** A postgres-js query: lazy, sent through `handler` when first awaited or executed. */
 interface PostgresJsQuery {
   handler: ((query: PostgresJsQuery) => void) & { debug?: unknown };
+  cursor?: unknown;
+  readable?: unknown;
+  writable?: unknown;
   reject(error: unknown): void;
 }
 
@@ -139,6 +142,12 @@ class GuardedScopedSql {
     const { state } = this;
     // `debug` rides on the handler: postgres-js reads it for the query's origin in errors.
     query.handler = Object.assign((sent: PostgresJsQuery) => (state.closed ? sent.reject(transactionEnded()) : send(sent)), { debug: send.debug });
+    // A cursor or a COPY stream left open would hold the connection under inboxed's COMMIT.
+    for (const method of ['cursor', 'readable', 'writable'] as const) {
+      query[method] = () => {
+        throw streamRefused(`a postgres-js .${method}()`);
+      };
+    }
     return query;
   }
 

@@ -5,7 +5,7 @@ import { recordClaimOf } from '../telemetry/instruments.js';
 import { bodyFailure, brokenConnectionFailure, claimFailure, completionFailure, type TransactionFailure } from '../transaction-failures.js';
 import type { AnyPgDatabase, TransactionOf } from '../types.js';
 import type { HandlerScope, TransactionPlan, TransactionResult } from '../transaction.js';
-import { endingRefused, transactionEndingStatement } from './transaction-control.js';
+import { endingRefused, streamRefused, transactionEndingStatement } from './transaction-control.js';
 
 interface PgPoolClient {
   query(text: string): Promise<unknown>;
@@ -110,7 +110,8 @@ class ObservedClient {
 
   query(...args: unknown[]): unknown {
     if (this.closed) return refuseStatement(args, lateStatementError());
-    const config = args[0] as string | { text?: unknown } | undefined;
+    const config = args[0] as string | { text?: unknown; submit?: unknown; handleError?: unknown } | undefined;
+    if (typeof config === 'object' && config !== null && typeof config.submit === 'function') return refuseSubmittable(config);
     const text = typeof config === 'string' ? config : config?.text;
     const ending = typeof text === 'string' ? transactionEndingStatement(text) : undefined;
     if (ending !== undefined) {
@@ -137,6 +138,17 @@ function lateStatementError(): InboxError {
     InboxErrorCodes.TRANSACTION_ENDED,
     "a statement was sent through the handler's tx after the handler returned; its transaction is over (await every statement inside the handler)",
   );
+}
+
+/**
+ * A cursor or stream (a `Submittable`) refused, answered the way node-postgres answers a submittable
+ * it cannot run: the object itself is returned, and its `handleError` is called on the next tick.
+ */
+function refuseSubmittable(submittable: { handleError?: unknown }): unknown {
+  const error = streamRefused('a cursor or stream (a Submittable)');
+  if (typeof submittable.handleError !== 'function') return Promise.reject(error);
+  process.nextTick(() => (submittable.handleError as (error: Error) => void).call(submittable, error));
+  return submittable;
 }
 
 /** A refused statement, answered the way node-postgres answers: through the callback when given one. */
@@ -275,9 +287,15 @@ export async function nodePostgresTransaction<TDb extends AnyPgDatabase, T>(
   } finally {
     client.removeListener('error', onError);
     if (!abandoned) {
+      // An inbox statement refused on a connection that otherwise works (permission denied, a table
+      // not found) may come from session state an earlier handler left on it (`SET ROLE`,
+      // `SET search_path`): a fresh connection for the next attempt, rather than the same refusal
+      // for ever.
       const discard =
         connectionProblem ??
-        (failure?.kind === 'outage' || failure?.kind === 'ended' ? (failure.error ?? new Error('discarded')) : undefined) ??
+        (failure?.kind === 'outage' || failure?.kind === 'ended' || failure?.kind === 'inbox-query' || failure?.kind === 'table-missing'
+          ? (failure.error ?? new Error('discarded'))
+          : undefined) ??
         (open ? new Error('released inside an open transaction') : undefined);
       client.release(discard);
     }

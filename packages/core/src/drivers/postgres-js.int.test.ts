@@ -175,8 +175,6 @@ describe("postgres-js: the handler transaction's own client", () => {
       const made = client.unsafe(insertEffect(`${message.id}-made`));
       setTimeout(() => made.then(undefined, (error: unknown) => (awaitedLate = error)), 20);
       client.unsafe(insertEffect(`${message.id}-never-awaited`));
-      // A cursor whose callback never resolves would hold the connection: it is never started either.
-      client.unsafe('select generate_series(1, 10)').cursor(1, () => new Promise(() => {}));
       await tx.insert(t.effects).values({ messageId: message.id });
     }, database.options());
     expect(await process({ id: 'q', payload: {} })).toMatchObject({ status: 'processed' });

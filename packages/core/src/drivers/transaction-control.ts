@@ -182,3 +182,15 @@ export function endingRefused(statement: string): InboxError {
     { details: { statement } },
   );
 }
+
+/**
+ * @internal The refusal of a cursor or stream on the handler's `tx`: one the handler left open would
+ * hold the connection, and inboxed's check and COMMIT would wait behind it for ever.
+ */
+export function streamRefused(what: string): InboxError {
+  return new InboxError(
+    InboxErrorCodes.UNSUPPORTED_QUERY,
+    `the handler sent ${what} through its tx: refused, since one left open would hold the inbox transaction's connection. Read in pages (LIMIT, or keyset), or outside the inbox transaction`,
+    { details: { query: what } },
+  );
+}
