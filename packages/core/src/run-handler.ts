@@ -19,14 +19,19 @@ export async function runHandler<TDb extends AnyPgDatabase, R>(
   call: (tx: TransactionOf<TDb>, signal: AbortSignal) => R | Promise<R>,
 ): Promise<R> {
   const savepoints = watchSavepoints(scope.tx);
-  let returned: R;
+  let returned: { value: R } | { error: unknown };
   try {
-    returned = await runWithDeadline(timeoutMs, signal, (deadline) => savepoints.run(() => call(savepoints.tx, deadline)), scope.abandon, consumer);
-  } finally {
-    await endHandlerScope(scope);
+    returned = { value: await runWithDeadline(timeoutMs, signal, (deadline) => savepoints.run(() => call(savepoints.tx, deadline)), scope.abandon, consumer) };
+  } catch (error) {
+    returned = { error };
   }
+  await endHandlerScope(scope);
+  // A COMMIT or ROLLBACK the handler tried fails the attempt, whatever the handler made of the refusal.
+  const refusal = scope.refusal();
+  if (refusal !== undefined) throw refusal;
+  if ('error' in returned) throw returned.error;
   savepoints.check();
-  return returned;
+  return returned.value;
 }
 
 /**

@@ -44,6 +44,11 @@ export interface HandlerScope<TDb extends AnyPgDatabase> {
   /** Refuses every later statement of the handler's (after the savepoints it left open settle). */
   end(): Promise<void>;
   /**
+   * The handler's refused attempt to end the transaction itself (a raw `COMMIT`, `ROLLBACK`), if
+   * any: it fails the attempt even if the handler caught it.
+   */
+  refusal(): unknown;
+  /**
    * When the driver offers it: gives up on a hung handler, so its later statements fail and the
    * transaction can end without it (see `runWithDeadline`). Resolves once that holds.
    */

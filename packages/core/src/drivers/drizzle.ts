@@ -68,17 +68,12 @@ export async function drizzleTransaction<TDb extends AnyPgDatabase, T>(
         // handler is abandoned; inboxed's own statements go through Drizzle's. On a driver whose
         // client is not known, the handler gets Drizzle's and is never abandoned.
         const guarded = guardedHandlerTransaction(tx);
-        const handler: HandlerScope<TDb> = guarded === undefined ? { tx, end: async () => {} } : { ...guarded, abandon: guarded.end };
+        const handler: HandlerScope<TDb> = guarded === undefined ? { tx, end: async () => {}, refusal: () => undefined } : { ...guarded, abandon: guarded.end };
         try {
           result = await plan.body(tx, claimed.ids, handler);
-          // The handler tried to end the transaction itself: refused, and it fails the attempt even
-          // if the handler caught the refusal (what it meant to undo must not commit).
-          const refusal = guarded?.refusal();
-          if (refusal !== undefined) throw refusal;
         } catch (error) {
-          const failure = guarded?.refusal() ?? error;
-          thrownByBody = { error: failure };
-          throw failure;
+          thrownByBody = { error };
+          throw error;
         } finally {
           // Already ended by the body, unless it failed before the handler ran.
           await handler.end();

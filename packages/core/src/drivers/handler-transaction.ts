@@ -1,5 +1,5 @@
-import { InboxError, InboxErrorCodes } from '../errors.js';
-import { endingRefused, streamRefused, transactionEndingStatement } from './transaction-control.js';
+import type { InboxError } from '../errors.js';
+import { lateStatementRefused, StatementGate, streamRefused } from './transaction-control.js';
 
 /**
  * @internal The handler's view of an inbox transaction on the drivers where inboxed uses Drizzle's
@@ -68,10 +68,7 @@ interface PgliteTransaction {
 }
 
 /** Shared by a guarded transaction and its savepoints' clients. */
-class GuardState {
-  closed = false;
-  /** The first statement refused for ending the transaction: the attempt fails with it. */
-  refusal: InboxError | undefined;
+class GuardState extends StatementGate {
   private readonly savepoints = new Set<Promise<unknown>>();
 
   /** Tracks a savepoint until postgres-js has settled it (its `ROLLBACK TO` included). */
@@ -85,25 +82,6 @@ class GuardState {
     while (this.savepoints.size > 0) await Promise.allSettled([...this.savepoints]);
     this.closed = true;
   }
-
-  /** The refusal for a statement the handler may not send now, or undefined to send it. */
-  refuse(query: unknown): InboxError | undefined {
-    if (this.closed) return transactionEnded();
-    // A text, or a query object carrying one (which a driver may refuse itself, or may not).
-    const text = typeof query === 'string' ? query : (query as { text?: unknown } | null)?.text;
-    const ending = typeof text === 'string' ? transactionEndingStatement(text) : undefined;
-    if (ending === undefined) return undefined;
-    const refused = endingRefused(ending);
-    this.refusal ??= refused;
-    return refused;
-  }
-}
-
-function transactionEnded(): InboxError {
-  return new InboxError(
-    InboxErrorCodes.TRANSACTION_ENDED,
-    "a statement was sent through the handler's tx after the handler returned; its transaction is over (await every statement inside the handler)",
-  );
 }
 
 /**
@@ -135,13 +113,13 @@ class GuardedScopedSql {
   ) {}
 
   unsafe(...args: unknown[]): unknown {
-    const refused = this.state.refuse(args[0]);
+    const refused = this.state.check(args[0]);
     if (refused !== undefined) return refusedQuery(refused);
     const query = this.scoped.unsafe(...args);
     const send = query.handler;
     const { state } = this;
     // `debug` rides on the handler: postgres-js reads it for the query's origin in errors.
-    query.handler = Object.assign((sent: PostgresJsQuery) => (state.closed ? sent.reject(transactionEnded()) : send(sent)), { debug: send.debug });
+    query.handler = Object.assign((sent: PostgresJsQuery) => (state.closed ? sent.reject(lateStatementRefused()) : send(sent)), { debug: send.debug });
     // A cursor or a COPY stream left open would hold the connection under inboxed's COMMIT.
     for (const method of ['cursor', 'readable', 'writable'] as const) {
       query[method] = () => {
@@ -152,7 +130,7 @@ class GuardedScopedSql {
   }
 
   savepoint(...args: unknown[]): PromiseLike<unknown> {
-    if (this.state.closed) return refusedQuery(transactionEnded());
+    if (this.state.closed) return refusedQuery(lateStatementRefused());
     const work = args[args.length - 1] as (nested: unknown) => unknown;
     const savepoint = this.scoped.savepoint(...args.slice(0, -1), (nested: ScopedSql) => work(new GuardedScopedSql(nested, this.state)));
     this.state.track(savepoint);
@@ -168,7 +146,7 @@ class GuardedPgliteTransaction {
   ) {}
 
   query(...args: unknown[]): Promise<unknown> {
-    const refused = this.state.refuse(args[0]);
+    const refused = this.state.check(args[0]);
     if (refused !== undefined) return Promise.reject(refused);
     return this.transaction.query(...args);
   }

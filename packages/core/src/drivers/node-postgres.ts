@@ -1,11 +1,11 @@
-import { InboxError, InboxErrorCodes } from '../errors.js';
+import type { InboxError } from '../errors.js';
 import { type Claimed, checkTargets, claimedOf, type InboxStore } from '../inbox-store.js';
 import type { ResolvedOptions } from '../options.js';
 import { recordClaimOf } from '../telemetry/instruments.js';
 import { bodyFailure, brokenConnectionFailure, claimFailure, completionFailure, type TransactionFailure } from '../transaction-failures.js';
 import type { AnyPgDatabase, TransactionOf } from '../types.js';
 import type { HandlerScope, TransactionPlan, TransactionResult } from '../transaction.js';
-import { endingRefused, streamRefused, transactionEndingStatement } from './transaction-control.js';
+import { StatementGate, streamRefused } from './transaction-control.js';
 
 interface PgPoolClient {
   query(text: string): Promise<unknown>;
@@ -99,9 +99,7 @@ function firstOf(rollbackError: unknown, connectionProblem: unknown): unknown {
  * megamorphic, for every user of the pool.
  */
 class ObservedClient {
-  private closed = false;
-  /** The handler's first refused attempt to end the transaction itself (see `endingRefused`). */
-  refusal: InboxError | undefined;
+  readonly gate = new StatementGate();
 
   constructor(
     private readonly client: PgPoolClient,
@@ -109,35 +107,18 @@ class ObservedClient {
   ) {}
 
   query(...args: unknown[]): unknown {
-    if (this.closed) return refuseStatement(args, lateStatementError());
-    const config = args[0] as string | { text?: unknown; submit?: unknown; handleError?: unknown } | undefined;
-    if (typeof config === 'object' && config !== null && typeof config.submit === 'function') return refuseSubmittable(config);
-    const text = typeof config === 'string' ? config : config?.text;
-    const ending = typeof text === 'string' ? transactionEndingStatement(text) : undefined;
-    if (ending !== undefined) {
-      this.refusal ??= endingRefused(ending);
-      return refuseStatement(args, this.refusal);
-    }
+    const refused = this.gate.check(args[0]);
+    if (refused !== undefined) return refuseStatement(args, refused);
+    const config = args[0] as { submit?: unknown; handleError?: unknown } | null | undefined;
+    if (typeof config?.submit === 'function') return refuseSubmittable(config);
     const result = (this.client.query as (...a: unknown[]) => unknown).apply(this.client, args);
     if (typeof (result as Promise<unknown> | undefined)?.then === 'function') (result as Promise<unknown>).then(undefined, this.onFailure);
     return result;
   }
 
   close(): void {
-    this.closed = true;
+    this.gate.closed = true;
   }
-}
-
-/**
- * A statement the handler sent through `tx` after it returned (an un-awaited query, a timer). The
- * connection is about to serve the next delivery: run there, the statement would join that
- * delivery's transaction and commit, or fail, with it. It is refused instead.
- */
-function lateStatementError(): InboxError {
-  return new InboxError(
-    InboxErrorCodes.TRANSACTION_ENDED,
-    "a statement was sent through the handler's tx after the handler returned; its transaction is over (await every statement inside the handler)",
-  );
 }
 
 /**
@@ -240,6 +221,7 @@ export async function nodePostgresTransaction<TDb extends AnyPgDatabase, T>(
     const handler: HandlerScope<TDb> = {
       tx: transactionOver(handlerClient) as TransactionOf<TDb>,
       end: async () => handlerClient.close(),
+      refusal: () => handlerClient.gate.refusal,
       // A handler past its deadline that ignores its signal: cut the connection under it, so its
       // later statements fail instead of running on a connection the pool hands to someone else.
       abandon: () => {
@@ -252,12 +234,8 @@ export async function nodePostgresTransaction<TDb extends AnyPgDatabase, T>(
     try {
       value = await plan.body(tx, claimed.ids, handler);
       handlerClient.close();
-      // The handler tried to end the transaction itself: refused, and it fails the attempt even if
-      // the handler caught the refusal (what it meant to undo must not commit).
-      if (handlerClient.refusal !== undefined) throw handlerClient.refusal;
-    } catch (thrown) {
+    } catch (error) {
       handlerClient.close();
-      const error = handlerClient.refusal ?? thrown;
       if (abandoned) {
         failure = bodyFailure(error);
         return { ok: false, failure };

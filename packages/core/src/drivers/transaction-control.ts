@@ -175,7 +175,7 @@ function blockCommentEnd(text: string, start: number): number {
  * come on it (they would run, or wait for ever, inside that other delivery's transaction). So it is
  * refused on every driver before it is sent, and the attempt fails even if the handler caught this.
  */
-export function endingRefused(statement: string): InboxError {
+function endingRefused(statement: string): InboxError {
   return new InboxError(
     InboxErrorCodes.TRANSACTION_ENDED,
     `the handler sent ${statement} through its tx: refused. inboxed ends the transaction itself (throw to roll back, or use tx.transaction() for a savepoint)`,
@@ -193,4 +193,38 @@ export function streamRefused(what: string): InboxError {
     `the handler sent ${what} through its tx: refused, since one left open would hold the inbox transaction's connection. Read in pages (LIMIT, or keyset), or outside the inbox transaction`,
     { details: { query: what } },
   );
+}
+
+/**
+ * @internal The refusal of a statement the handler sent through its `tx` after it returned (an
+ * un-awaited query, a timer): its transaction is over, and the connection may already serve the next
+ * delivery, whose transaction would take the statement in.
+ */
+export function lateStatementRefused(): InboxError {
+  return new InboxError(
+    InboxErrorCodes.TRANSACTION_ENDED,
+    "a statement was sent through the handler's tx after the handler returned; its transaction is over (await every statement inside the handler)",
+  );
+}
+
+/**
+ * @internal What the handler's `tx` lets through, on every driver: nothing once it is closed, and
+ * never a statement ending the transaction (see {@link endingRefused}), whose refusal is kept so
+ * that it fails the attempt even if the handler caught it.
+ */
+export class StatementGate {
+  closed = false;
+  /** The first statement refused for ending the transaction. */
+  refusal: InboxError | undefined;
+
+  /** The refusal for `query` (a text, or a query object carrying one), or undefined to send it. */
+  check(query: unknown): InboxError | undefined {
+    if (this.closed) return lateStatementRefused();
+    const text = typeof query === 'string' ? query : (query as { text?: unknown } | null)?.text;
+    const ending = typeof text === 'string' ? transactionEndingStatement(text) : undefined;
+    if (ending === undefined) return undefined;
+    const refused = endingRefused(ending);
+    this.refusal ??= refused;
+    return refused;
+  }
 }
