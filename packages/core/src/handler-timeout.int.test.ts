@@ -1,6 +1,7 @@
 import { DRIVERS, type TestDatabase } from '@inboxed/test-support';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { beforeEach, describe, expect, it } from 'vitest';
+import { sql } from 'drizzle-orm';
+import { beforeEach, describe, expect, it, vi } from 'vitest';
 import { useMigratedDatabase } from './__tests__/migrated-database.js';
 import { InboxErrorCodes } from './errors.js';
 import type { InboxMessage } from './types.js';
@@ -151,4 +152,62 @@ describe.each(DRIVERS)('a handler abandoned inside a savepoint, on %s', (driver)
     expect(await effects()).toEqual(['next, in its savepoint', 'next']);
     expect(await t.query(`select consumer, message_id from "${t.schema}".inbox`)).toEqual([{ consumer: 'next', message_id: 'next' }]);
   });
+});
+
+/**
+ * A handler stuck in a statement the server is still running (a lock wait, a long query) ignores its
+ * signal by necessity: it cannot return until the statement does. Abandoned, that statement is
+ * cancelled on the server, so neither the delivery nor its connection waits for it, and the message
+ * can be retried at once. PGlite runs statements on the event loop's thread: its deadline cannot fire
+ * during one (see the README).
+ */
+describe.each(DRIVERS.filter((d) => d !== 'pglite'))('a handler abandoned in a running statement, on %s', (driver) => {
+  const database = useMigratedDatabase(driver, { poolSize: 1 });
+  let t: TestDatabase;
+  beforeEach(() => {
+    t = database.t;
+  });
+  const stillRunning = (marker: string) => t.query(`select pid from pg_stat_activity where query like '%${marker}%' and query not like '%pg_stat_activity%'`);
+
+  for (const where of ['on tx', 'in a savepoint'] as const) {
+    it(`${where}: the statement is cancelled, and the delivery and its connection are free at once`, async () => {
+      const marker = `inboxed-hung-${where.replaceAll(' ', '-')}`;
+      const hung = sql.raw(`select pg_sleep(30) /* ${marker} */`);
+      let seen: unknown;
+      const process = withInbox(
+        async (message: InboxMessage, tx: any) => {
+          await tx.insert(t.effects).values({ messageId: message.id, value: 'before the hung statement' });
+          try {
+            if (where === 'on tx') await tx.execute(hung);
+            else await tx.transaction((savepoint: any) => savepoint.execute(hung));
+          } catch (error) {
+            seen = error;
+            throw error;
+          }
+        },
+        database.options({ handlerTimeoutMs: 150 }),
+      );
+      const started = Date.now();
+      const abandoned = await process({ id: 'hung', payload: {} });
+      // Well before the statement would have ended on its own.
+      expect(Date.now() - started).toBeLessThan(10_000);
+      expect(abandoned).toMatchObject({ status: 'retry', reason: 'handler-failed' });
+      expect(abandoned.error?.code).toBe(InboxErrorCodes.HANDLER_TIMEOUT);
+      // Cancelled on the server (node-postgres sends the cancel as it cuts the connection).
+      await vi.waitFor(async () => expect(await stillRunning(marker)).toEqual([]));
+      // The handler got its statement's error instead of waiting for it.
+      await vi.waitFor(() => expect(seen).toBeInstanceOf(Error));
+      expect(await t.countEffects()).toBe(0);
+      expect(await t.query(`select attempts, last_error_code from "${t.schema}".inbox_attempts`)).toEqual([
+        { attempts: 1, last_error_code: InboxErrorCodes.HANDLER_TIMEOUT },
+      ]);
+      // The retry runs on the same (only) connection, and commits.
+      const retry = withInbox(
+        async (message: InboxMessage, tx: any) => void (await tx.insert(t.effects).values({ messageId: message.id, value: 'retried' })),
+        database.options(),
+      );
+      expect(await retry({ id: 'hung', payload: {} })).toMatchObject({ status: 'processed' });
+      expect(await t.query(`select value from "${t.schema}".effects`)).toEqual([{ value: 'retried' }]);
+    });
+  }
 });

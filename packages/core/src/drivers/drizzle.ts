@@ -68,7 +68,7 @@ export async function drizzleTransaction<TDb extends AnyPgDatabase, T>(
         // handler is abandoned; inboxed's own statements go through Drizzle's. On a driver whose
         // client is not known, the handler gets Drizzle's and is never abandoned.
         const guarded = guardedHandlerTransaction(tx);
-        const handler: HandlerScope<TDb> = guarded === undefined ? { tx, end: async () => {}, refusal: () => undefined } : { ...guarded, abandon: guarded.end };
+        const handler: HandlerScope<TDb> = guarded === undefined ? { tx, end: async () => {}, refusal: () => undefined } : guarded;
         try {
           result = await plan.body(tx, claimed.ids, handler);
         } catch (error) {

@@ -30,6 +30,14 @@ export interface HandlerTransaction<T> {
    * transaction it would abort). So the end waits for them, as it always did for a hung handler.
    */
   end(): Promise<void>;
+  /**
+   * Ends it for a hung handler (see `HandlerScope.abandon`): refuses its next statement at once,
+   * cancels the statements of its that the server is still running (postgres-js), then waits for its
+   * savepoints as {@link end} does. A handler hung in a statement (a lock wait, a long query), in a
+   * savepoint or not, then gets the statement's error instead of keeping the delivery, and its
+   * connection, for as long as the statement runs.
+   */
+  abandon(): Promise<void>;
   /** The handler's refused attempt to end the transaction itself (see `endingRefused`), if any. */
   refusal(): InboxError | undefined;
 }
@@ -50,6 +58,8 @@ interface DrizzleTransactionParts {
 /** A postgres-js query: lazy, sent through `handler` when first awaited or executed. */
 interface PostgresJsQuery {
   handler: ((query: PostgresJsQuery) => void) & { debug?: unknown };
+  /** postgres-js's cancel for this query (`sql.cancel`-like), set until the query is cancelled once. */
+  canceller?: ((query: PostgresJsQuery) => Promise<void>) | null;
   cursor?: unknown;
   readable?: unknown;
   writable?: unknown;
@@ -70,6 +80,8 @@ interface PgliteTransaction {
 /** Shared by a guarded transaction and its savepoints' clients. */
 class GuardState extends StatementGate {
   private readonly savepoints = new Set<Promise<unknown>>();
+  /** The handler's postgres-js queries sent to the server and not answered yet. */
+  private readonly running = new Set<PostgresJsQuery>();
 
   /** Tracks a savepoint until postgres-js has settled it (its `ROLLBACK TO` included). */
   track(savepoint: Promise<unknown>): void {
@@ -78,10 +90,40 @@ class GuardState extends StatementGate {
     savepoint.then(forget, forget);
   }
 
+  /** Tracks a query postgres-js is sending, until the server answers it. */
+  sending(query: PostgresJsQuery): void {
+    this.running.add(query);
+    const forget = () => this.running.delete(query);
+    // Promise's own then: a postgres-js query's `then` would (re)start it; this only watches it.
+    Promise.prototype.then.call(query, forget, forget);
+  }
+
   async close(): Promise<void> {
     while (this.savepoints.size > 0) await Promise.allSettled([...this.savepoints]);
     this.closed = true;
   }
+
+  async abandon(): Promise<void> {
+    this.closed = true;
+    for (const query of this.running) cancel(query);
+    await this.close();
+  }
+}
+
+/**
+ * Asks the server to cancel a running query of the handler's (a CancelRequest on a connection of its
+ * own, as postgres-js's `query.cancel()` sends). postgres-js's own `cancel()` drops the promise of
+ * that request, which rejects when the server cannot be reached, so it is called here with the
+ * rejection handled: a cancel that cannot be sent changes nothing (the query then fails with its
+ * connection, or ends on its own, and abandonment waits for it as before).
+ */
+function cancel(query: PostgresJsQuery): void {
+  const { canceller } = query;
+  if (typeof canceller !== 'function') return;
+  query.canceller = null;
+  Promise.resolve()
+    .then(() => canceller(query))
+    .catch(() => {});
 }
 
 /**
@@ -119,7 +161,13 @@ class GuardedScopedSql {
     const send = query.handler;
     const { state } = this;
     // `debug` rides on the handler: postgres-js reads it for the query's origin in errors.
-    query.handler = Object.assign((sent: PostgresJsQuery) => (state.closed ? sent.reject(lateStatementRefused()) : send(sent)), { debug: send.debug });
+    const sendTracked = (sent: PostgresJsQuery) => {
+      state.sending(sent);
+      return send(sent);
+    };
+    query.handler = Object.assign((sent: PostgresJsQuery) => (state.closed ? sent.reject(lateStatementRefused()) : sendTracked(sent)), {
+      debug: send.debug,
+    });
     // A cursor or a COPY stream left open would hold the connection under inboxed's COMMIT.
     for (const method of ['cursor', 'readable', 'writable'] as const) {
       query[method] = () => {
@@ -175,6 +223,7 @@ export function guardedHandlerTransaction<T>(tx: T): HandlerTransaction<T> | und
   return {
     tx: new parts.constructor(parts.dialect, guardedSession, parts.schema) as T,
     end: () => state.close(),
+    abandon: () => state.abandon(),
     refusal: () => state.refusal,
   };
 }

@@ -5,6 +5,7 @@ import { recordClaimOf } from '../telemetry/instruments.js';
 import { bodyFailure, brokenConnectionFailure, claimFailure, completionFailure, type TransactionFailure } from '../transaction-failures.js';
 import type { AnyPgDatabase, TransactionOf } from '../types.js';
 import type { HandlerScope, TransactionPlan, TransactionResult } from '../transaction.js';
+import { cancelRunningStatement } from './cancel-request.js';
 import { StatementGate, streamRefused } from './transaction-control.js';
 
 interface PgPoolClient {
@@ -224,9 +225,14 @@ export async function nodePostgresTransaction<TDb extends AnyPgDatabase, T>(
       refusal: () => handlerClient.gate.refusal,
       // A handler past its deadline that ignores its signal: cut the connection under it, so its
       // later statements fail instead of running on a connection the pool hands to someone else.
+      // Cutting it does not stop a statement the server is running for the handler (a lock wait, a
+      // long query): the backend finds its client gone only when the statement ends, and until then
+      // it holds the claim, so a redelivery would wait on it. So that statement is cancelled too.
+      // The connection is never reused, so the cancel cannot reach another delivery's statement.
       abandon: () => {
         abandoned = true;
         handlerClient.close();
+        void cancelRunningStatement(client);
         client.release(new Error('handler abandoned after handlerTimeoutMs'));
       },
     };
