@@ -89,15 +89,15 @@ async function runBounded<T>(
   let timedOut = false;
   let hung: NodeJS.Timeout | undefined;
   let abandoned: ((error: unknown) => void) | undefined;
+  let abandoning: Promise<void> | undefined;
   const timer = setTimeout(() => {
     timedOut = true;
     deadline.abort(handlerTimeoutError(timeoutMs));
     if (abandon !== undefined) {
       hung = setTimeout(() => {
         // Abandoned once the driver says so (postgres-js first waits for open savepoints).
-        void Promise.resolve()
-          .then(abandon)
-          .then(() => abandoned?.(handlerTimeoutError(timeoutMs)), abandoned);
+        abandoning = Promise.resolve().then(abandon);
+        void abandoning.then(() => abandoned?.(handlerTimeoutError(timeoutMs)), abandoned);
       }, timeoutMs);
     }
   }, timeoutMs);
@@ -113,6 +113,11 @@ async function runBounded<T>(
     clearTimeout(hung);
     running.catch(() => {}); // an abandoned call may still reject later; it has been accounted for
   }
+  // A handler that settles while it is being abandoned: the abandonment still finishes before the
+  // transaction may end. It may be delivering a cancel for the statement that just ended (postgres-js),
+  // which must reach the server while the connection is still this transaction's. (Its failure, if
+  // any, was handed to `abandoned`, which lost the race to the handler's own result.)
+  if (abandoning !== undefined) await abandoning.catch(() => {});
   if (timedOut) throw handlerTimeoutError(timeoutMs, result.ok ? undefined : result.error);
   if (!result.ok) throw result.error;
   return result.value;

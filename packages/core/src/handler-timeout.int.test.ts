@@ -1,7 +1,8 @@
-import { DRIVERS, type TestDatabase } from '@inboxed/test-support';
+import { DRIVERS, databaseUrl, type TestDatabase } from '@inboxed/test-support';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { sql } from 'drizzle-orm';
-import { beforeEach, describe, expect, it, vi } from 'vitest';
+import pg from 'pg';
+import { beforeEach, describe, expect, it, onTestFinished, vi } from 'vitest';
 import { useMigratedDatabase } from './__tests__/migrated-database.js';
 import { InboxErrorCodes } from './errors.js';
 import type { InboxMessage } from './types.js';
@@ -210,4 +211,65 @@ describe.each(DRIVERS.filter((d) => d !== 'pglite'))('a handler abandoned in a r
       expect(await t.query(`select value from "${t.schema}".effects`)).toEqual([{ value: 'retried' }]);
     });
   }
+
+  /** The next delivery on the (only) connection, after an abandoned one: it must commit exactly what it reports. */
+  const nextDelivery = (id: string) =>
+    withInbox(
+      async (message: InboxMessage, tx: any) => {
+        await tx.execute(sql`select pg_sleep(0.2)`); // a statement a stray cancel would hit
+        await tx.insert(t.effects).values({ messageId: message.id, value: 'next' });
+      },
+      database.options({ consumer: 'next' }),
+    )({ id, payload: {} });
+
+  // postgres-js pipelines a plain statement behind the hung one, and queues a parameterised one
+  // (described first) unsent: cancelling either would wedge the transaction's queue or reach the next user.
+  const inFlight = {
+    'a statement pipelined behind it': (tx: any) => Promise.all([tx.execute(sql.raw('select pg_sleep(30)')), tx.execute(sql.raw('select 1'))]),
+    'a parameterised statement queued behind it': (tx: any) => Promise.all([tx.execute(sql`select pg_sleep(${30})`), tx.execute(sql.raw('select 1'))]),
+    'both inside a savepoint': (tx: any) =>
+      tx.transaction((savepoint: any) =>
+        Promise.all([savepoint.execute(sql`select pg_sleep(${30})`), savepoint.insert(t.effects).values({ messageId: 'hung' })]),
+      ),
+  };
+  for (const [shape, statements] of Object.entries(inFlight)) {
+    it(`with ${shape}: the delivery ends, and the next delivery on its connection is untouched`, async () => {
+      const process = withInbox(
+        async (_message: InboxMessage, tx: any) => void (await statements(tx)),
+        database.options({ handlerTimeoutMs: 100, consumer: 'hung' }),
+      );
+      const abandoned = await process({ id: 'hung', payload: {} });
+      expect(abandoned.error?.code).toBe(InboxErrorCodes.HANDLER_TIMEOUT);
+      expect(await nextDelivery('next')).toMatchObject({ status: 'processed' });
+      expect(await t.query(`select message_id, value from "${t.schema}".effects`)).toEqual([{ message_id: 'next', value: 'next' }]);
+      expect(await t.query(`select consumer, message_id from "${t.schema}".inbox_attempts`)).toEqual([{ consumer: 'hung', message_id: 'hung' }]);
+    });
+  }
+
+  it('a statement that ends as its handler is abandoned, the process busy across that moment: the cancel never reaches the next user of the connection', async () => {
+    const timeoutMs = 100;
+    // A connection of its own for the timing statement: the tested pool has one, held by the deliveries.
+    const timing = new pg.Client({ connectionString: databaseUrl() });
+    await timing.connect();
+    onTestFinished(() => timing.end());
+    for (let i = 0; i < 5; i++) {
+      // The statement ends at 1.5 deadlines, before the abandonment at 2; but the process is busy from
+      // 1.4 to 2.3, so the abandonment runs before its answer is read, and cancels a finished statement.
+      const process = withInbox(
+        async (_message: InboxMessage, tx: any) => void (await tx.execute(sql.raw(`select pg_sleep(${(1.5 * timeoutMs) / 1000})`))),
+        database.options({ handlerTimeoutMs: timeoutMs, consumer: 'hung' }),
+      );
+      const abandoned = process({ id: `hung-${i}`, payload: {} });
+      // From an I/O callback, so the abandonment's timer runs before the poll phase reads the answer.
+      void timing.query(`select pg_sleep(${(1.4 * timeoutMs) / 1000})`).then(() => {
+        const until = Date.now() + 0.9 * timeoutMs;
+        while (Date.now() < until);
+      });
+      const [first, next] = await Promise.all([abandoned, nextDelivery(`next-${i}`)]);
+      expect(first.error?.code).toBe(InboxErrorCodes.HANDLER_TIMEOUT);
+      expect(next).toMatchObject({ status: 'processed' });
+    }
+    expect(await t.query(`select count(*)::int as n from "${t.schema}".effects where message_id like 'next-%'`)).toEqual([{ n: 5 }]);
+    expect(await t.query(`select count(*)::int as n from "${t.schema}".inbox_attempts where consumer = 'next'`)).toEqual([{ n: 0 }]);
+  });
 });

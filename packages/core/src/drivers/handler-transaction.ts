@@ -58,8 +58,10 @@ interface DrizzleTransactionParts {
 /** A postgres-js query: lazy, sent through `handler` when first awaited or executed. */
 interface PostgresJsQuery {
   handler: ((query: PostgresJsQuery) => void) & { debug?: unknown };
-  /** postgres-js's cancel for this query (`sql.cancel`-like), set until the query is cancelled once. */
+  /** postgres-js's cancel for this query (what `query.cancel()` calls), until it is cancelled once. */
   canceller?: ((query: PostgresJsQuery) => Promise<void>) | null;
+  /** Set by postgres-js while the query is the one its connection is running (the pipeline's head). */
+  active?: boolean;
   cursor?: unknown;
   readable?: unknown;
   writable?: unknown;
@@ -103,27 +105,49 @@ class GuardState extends StatementGate {
     this.closed = true;
   }
 
+  /**
+   * Abandonment: refuses the handler's next statement at once, cancels the one the server is running
+   * for it, then waits for its savepoints (see {@link close}).
+   *
+   * Only the query at the head of the connection's pipeline (`active`) is cancelled: one still
+   * queued behind it, cancelled, would be skipped by postgres-js when its turn came, with nothing
+   * sent and no answer awaited, and the transaction's queue (its ROLLBACK included) would never move
+   * again; one pipelined behind it would get its CancelRequest only on reaching the head, by when the
+   * connection may serve someone else. Those fail anyway once the head's failure aborts the
+   * transaction. And abandonment waits until the server has taken the CancelRequest, before the
+   * transaction can end and its connection go back to the pool: a cancel for a statement that
+   * ended meanwhile then reaches an idle backend, which ignores it, never the next user's statement.
+   */
   async abandon(): Promise<void> {
     this.closed = true;
-    for (const query of this.running) cancel(query);
+    await Promise.all([...this.running].filter((query) => query.active === true).map(cancelDelivered));
     await this.close();
   }
 }
 
+/** How long abandonment waits for the server to take a CancelRequest (it cannot be reached?). */
+const CANCEL_WAIT_MS = 5_000;
+
 /**
- * Asks the server to cancel a running query of the handler's (a CancelRequest on a connection of its
- * own, as postgres-js's `query.cancel()` sends). postgres-js's own `cancel()` drops the promise of
- * that request, which rejects when the server cannot be reached, so it is called here with the
- * rejection handled: a cancel that cannot be sent changes nothing (the query then fails with its
- * connection, or ends on its own, and abandonment waits for it as before).
+ * Sends postgres-js's CancelRequest for a running query (on a connection of its own, as its
+ * `query.cancel()` does) and resolves once the server has taken it, or could not be reached, or
+ * after {@link CANCEL_WAIT_MS}. postgres-js's own `cancel()` drops the request's promise, which
+ * rejects when the server cannot be reached: called through `canceller` instead, the rejection is
+ * handled. A cancel that cannot be delivered changes nothing: the statement then ends on its own or
+ * with its connection, and abandonment waits for it as it did before cancels.
  */
-function cancel(query: PostgresJsQuery): void {
+function cancelDelivered(query: PostgresJsQuery): Promise<void> {
   const { canceller } = query;
-  if (typeof canceller !== 'function') return;
+  if (typeof canceller !== 'function') return Promise.resolve();
   query.canceller = null;
-  Promise.resolve()
+  let timer: NodeJS.Timeout | undefined;
+  const delivered = Promise.resolve()
     .then(() => canceller(query))
     .catch(() => {});
+  const waited = new Promise<void>((resolve) => {
+    timer = setTimeout(resolve, CANCEL_WAIT_MS);
+  });
+  return Promise.race([delivered, waited]).finally(() => clearTimeout(timer));
 }
 
 /**
