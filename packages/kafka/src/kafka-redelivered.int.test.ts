@@ -81,6 +81,29 @@ describe('records that may have been in flight when a process died are handed ov
     expect(await attemptsOf(k)).toEqual([]);
   });
 
+  it('batch processor: a first chunk that takes longer than the session (its records run one by one) keeps the member in the group', async () => {
+    // The harness's session is 3 s; 120 marked records of 30 ms each, one transaction each, take about 4.
+    const batch = withInboxBatch(
+      async (messages: InboxMessage[], tx: any) => {
+        await new Promise((resolve) => setTimeout(resolve, 30 * messages.length));
+        await tx.insert(k.t.effects).values(messages.map((m) => ({ messageId: m.id })));
+      },
+      { db: k.t.db, consumer: 'billing', tables: { schema: k.t.schema } },
+    );
+    const ids = Array.from({ length: 120 }, (_, i) => `slow-${i}`);
+    await k.h.produce(ids.map((id) => ({ id, value: { id }, partition: 0 })));
+    const consumer = await k.start(batch, { batchSize: 120 });
+    const errors: string[] = [];
+    consumer.on('error', (error) => void errors.push(String(error.code)));
+    await waitFor('partition 0 committed to the end', async () => (await k.h.committed())[0] === 120, 30_000);
+    await consumer.stop();
+    // No refused commit (the member was never evicted), and every record applied once.
+    expect(errors).toEqual([]);
+    const effects = await effectsOf(k);
+    expect(Object.keys(effects).sort()).toEqual([...ids].sort());
+    expect(Object.values(effects).every((n) => n === 1)).toBe(true);
+  }, 60_000);
+
   it('per-message processor: the first record of each partition, and the replay of a hold of it; a failure stays counted once', async () => {
     const failed = new Set<string>();
     const single = withInbox(
@@ -182,7 +205,8 @@ describe.each([
     for (let death = 1; death <= maxAttempts; death++) {
       out = await dieOnPoison();
       expect(handled(out)).toEqual(
-        batchSize === undefined ? ['poison:true'] : ['m-3:true', 'poison:true', 'm-5:true'], // the whole first call, one message at a time
+        // The first call, one message at a time (each marked record a call of its own), up to the poison.
+        batchSize === undefined ? ['poison:true'] : ['m-3:true', 'poison:true'],
       );
       expect(await attemptsOf(k)).toEqual([`poison:${death}:ATTEMPT_UNFINISHED`]);
       expect((await k.h.committed())[0]).toBe(head.length);
