@@ -509,17 +509,50 @@ export class InboxStore {
   }
 
   /**
+   * {@link startAttempt} with `firstOnly` for many distinct ids in one statement: counts the attempt
+   * of each id that is neither in the inbox nor has an attempts record. Per id: `known` (in the
+   * inbox), and the attempts counted now (`null` when nothing was counted: known, or recorded).
+   * Each id is one index probe (correlated subqueries, whatever the statistics say; see verify),
+   * and the inserts go in id order, so two batches counting overlapping ids cannot deadlock.
+   */
+  async startFirstAttempts(db: Executable, messageIds: readonly string[]): Promise<Map<string, { known: boolean; counted: number | null }>> {
+    const attempts = sql.raw(qualifiedName(this.tables.inboxAttempts));
+    const rows = await rowsOf<{ message_id: string; known: boolean; attempts: number | null }>(
+      db,
+      sql`with m as (
+          select m.id,
+            exists (select 1 from ${this.inboxName} i where i.consumer = ${this.consumer} and i.message_id = m.id) as known,
+            exists (select 1 from ${attempts} r where r.consumer = ${this.consumer} and r.message_id = m.id) as recorded
+          from ${this.ids(messageIds)}),
+        counted as (
+          insert into ${attempts} as a (consumer, message_id, attempts, last_error, last_error_code)
+          select ${this.consumer}, m.id, 1, ${UNFINISHED_TEXT}, ${UNFINISHED_CODE} from m where not m.known and not m.recorded order by m.id
+          on conflict (consumer, message_id) do update set attempts = a.attempts + 1, last_attempt_at = now()
+          returning message_id, attempts)
+        select m.id as message_id, m.known, counted.attempts from m left join counted on counted.message_id = m.id`,
+    );
+    return new Map(rows.map((r) => [r.message_id, { known: r.known === true, counted: r.attempts === null ? null : Number(r.attempts) }]));
+  }
+
+  /**
    * Takes back an attempt {@link startAttempt} counted, when it ended without failing: the record
    * goes when nothing else is left on it. Never rejects: if the database went away just then, the
    * message keeps one attempt more than it used, which costs one attempt of its budget and never
    * an outcome, so it is not worth failing a settled message for.
    */
-  async uncountAttempt(db: Executable, messageId: string): Promise<void> {
+  uncountAttempt(db: Executable, messageId: string): Promise<void> {
+    return this.uncountAttempts(db, [messageId]);
+  }
+
+  /** {@link uncountAttempt} for many ids, in one statement. */
+  async uncountAttempts(db: Executable, messageIds: readonly string[]): Promise<void> {
+    if (messageIds.length === 0) return;
     const attempts = sql.raw(qualifiedName(this.tables.inboxAttempts));
+    const ids = sql`${sql.param([...messageIds])}::text[]`;
     try {
       // Disjoint rows (attempts <= 1 or > 1), so the delete and the update never touch the same row.
-      await db.execute(sql`with gone as (delete from ${attempts} where consumer = ${this.consumer} and message_id = ${messageId} and attempts <= 1 returning 1)
-        update ${attempts} set attempts = attempts - 1 where consumer = ${this.consumer} and message_id = ${messageId} and attempts > 1`);
+      await db.execute(sql`with gone as (delete from ${attempts} where consumer = ${this.consumer} and message_id = any(${ids}) and attempts <= 1 returning 1)
+        update ${attempts} set attempts = attempts - 1 where consumer = ${this.consumer} and message_id = any(${ids}) and attempts > 1`);
     } catch {
       // Deliberately not raised: see above.
     }

@@ -238,6 +238,14 @@ export interface HandlerContext {
 export interface ProcessOptions {
   /** Fires when the consumer stops; handed to the handler through `context.signal`. */
   signal?: AbortSignal;
+  /**
+   * Batch processors only: awaited between the transactions of one call when it takes several (a
+   * failing batch split in halves, redeliveries that failed or died before run one at a time), so a
+   * broker client that must show it is alive within a session (a Kafka group heartbeat) can. If it
+   * rejects, no further transaction starts: the messages not decided yet come back `retry`
+   * (`internal-error`, not counted), and what already committed stays committed.
+   */
+  heartbeat?: () => Promise<void>;
 }
 
 /**

@@ -2,6 +2,7 @@
 // kills the process is still counted (the kill itself is tested in test/fault/core-crash.test.ts).
 // Here: the count an attempt ends with is the same as without the flag, on every driver.
 import { DRIVERS } from '@inboxed/test-support';
+import { sql } from 'drizzle-orm';
 import { describe, expect, it } from 'vitest';
 import { useMigratedDatabase } from './__tests__/migrated-database.js';
 import { InboxErrorCodes } from './errors.js';
@@ -79,26 +80,140 @@ describe.each(DRIVERS)('redelivered messages on %s', (driver) => {
     ]);
   });
 
-  it('a batch holding a redelivery runs its messages one at a time, in order, each counted as usual', async () => {
+  /** A batch processor writing one effect per message, failing any call that holds `bad`; `calls` records each call's ids. */
+  const recordingBatch = (options: Parameters<typeof database.options>[0] = {}) => {
     const calls: string[][] = [];
-    const process = withInboxBatch(
-      async (messages: InboxMessage[], tx: any) => {
-        calls.push(messages.map((m) => m.id));
-        if (messages.some((m) => m.id === 'bad')) throw new Error('poison');
-        await tx.insert(database.t.effects).values(messages.map((m) => ({ messageId: m.id })));
-      },
-      database.options({ maxAttempts: 2 }),
-    );
+    const process = withInboxBatch(async (messages: InboxMessage[], tx: any) => {
+      calls.push(messages.map((m) => m.id));
+      if (messages.some((m) => m.id === 'bad')) throw new Error('poison');
+      await tx.insert(database.t.effects).values(messages.map((m) => ({ messageId: m.id })));
+    }, database.options(options));
+    return { calls, process };
+  };
+
+  it("a batch's first-time redeliveries run with its other messages in one transaction, counted ahead; a failure splits as usual", async () => {
+    const { calls, process } = recordingBatch({ maxAttempts: 2 });
     const batch = [
       { id: 'a', payload: 1 },
       { id: 'bad', payload: 1, redelivered: true },
-      { id: 'c', payload: 1 },
+      { id: 'c', payload: 1, redelivered: true },
     ];
     expect((await process(batch)).map((o) => o.status)).toEqual(['processed', 'retry', 'processed']);
-    expect(calls).toEqual([['a'], ['bad'], ['c']]);
+    expect(calls).toEqual([['a', 'bad', 'c'], ['a', 'bad'], ['a'], ['bad'], ['c']]);
+    // c's count was taken back when it committed; bad's failure stays, counted once.
     expect(await attempts()).toEqual([{ message_id: 'bad', attempts: 1 }]);
-    expect((await process(batch)).map((o) => o.status)).toEqual(['duplicate', 'dead-letter', 'duplicate']);
+    calls.length = 0;
+    const again = batch.map((m) => ({ ...m, redelivered: true }));
+    expect((await process(again)).map((o) => o.status)).toEqual(['duplicate', 'dead-letter', 'duplicate']);
+    expect(calls).toEqual([['bad']]);
     expect(await attempts()).toEqual([{ message_id: 'bad', attempts: 2 }]);
+    expect(await database.t.countEffects()).toBe(2);
+  });
+
+  it('while a batch runs, each first-time redelivery in it is counted once: what a death there leaves behind', async () => {
+    let during: unknown[] = [];
+    const process = withInboxBatch(async (messages: InboxMessage[], tx: any) => {
+      // Read in the handler's transaction (PGlite has one connection): the counts were committed before it began.
+      const read = await tx.execute(sql.raw(`select message_id, attempts from "${database.t.schema}".inbox_attempts order by 1`));
+      during = Array.isArray(read) ? [...read] : read.rows;
+      await tx.insert(database.t.effects).values(messages.map((m) => ({ messageId: m.id })));
+    }, database.options());
+    const outcomes = await process(['x', 'y', 'z'].map((id) => ({ id, payload: 1, redelivered: id !== 'y' })));
+    expect(outcomes.map((o) => o.status)).toEqual(['processed', 'processed', 'processed']);
+    expect(during).toEqual([
+      { message_id: 'x', attempts: 1 },
+      { message_id: 'z', attempts: 1 },
+    ]);
+    expect(await attempts()).toEqual([]);
+  });
+
+  it('redeliveries that failed or died before run alone, in order, splitting the batch where they stand', async () => {
+    await database.t.query(
+      `insert into "${database.t.schema}".inbox_attempts (consumer, message_id, attempts, last_error_code) values ('c', 's1', 1, 'ATTEMPT_UNFINISHED'), ('c', 's2', 1, 'ATTEMPT_UNFINISHED')`,
+    );
+    const { calls, process } = recordingBatch();
+    const ids = ['a', 'b', 's1', 'c', 's2', 'd'];
+    const outcomes = await process(ids.map((id) => ({ id, payload: 1, redelivered: id !== 'b' })));
+    expect(outcomes.map((o) => o.status)).toEqual(ids.map(() => 'processed'));
+    expect(calls).toEqual([['a', 'b'], ['s1'], ['c'], ['s2'], ['d']]);
+    // Only the deaths before stay counted.
+    expect(await attempts()).toEqual([
+      { message_id: 's1', attempts: 1 },
+      { message_id: 's2', attempts: 1 },
+    ]);
+  });
+
+  it('a suspect whose attempts are spent is dead-lettered without running, and the batch around it runs', async () => {
+    await database.t.query(
+      `insert into "${database.t.schema}".inbox_attempts (consumer, message_id, attempts, last_error_code) values ('c', 'spent', 2, 'ATTEMPT_UNFINISHED')`,
+    );
+    const { calls, process } = recordingBatch({ maxAttempts: 2 });
+    const outcomes = await process(['a', 'spent', 'b'].map((id) => ({ id, payload: 1, redelivered: true })));
+    expect(outcomes.map((o) => [o.status, o.reason])).toEqual([
+      ['processed', undefined],
+      ['dead-letter', 'max-attempts-exceeded'],
+      ['processed', undefined],
+    ]);
+    expect(calls).toEqual([['a'], ['b']]);
+    expect(await attempts()).toEqual([{ message_id: 'spent', attempts: 2 }]);
+  });
+
+  it('the heartbeat is awaited between the transactions of one call, never before the first', async () => {
+    await database.t.query(`insert into "${database.t.schema}".inbox_attempts (consumer, message_id, attempts) values ('c', 's', 1)`);
+    const { calls, process } = recordingBatch();
+    const log: string[] = [];
+    const heartbeat = async () => {
+      log.push(`beat after ${calls.length}`);
+    };
+    await process([{ id: 'a', payload: 1 }], { heartbeat });
+    expect(log).toEqual([]);
+    calls.length = 0;
+    const outcomes = await process(
+      ['b', 's', 'bad', 'c'].map((id) => ({ id, payload: 1, redelivered: id === 's' })),
+      { heartbeat },
+    );
+    expect(outcomes.map((o) => o.status)).toEqual(['processed', 'processed', 'retry', 'processed']);
+    // b | s | bad,c split into bad | c
+    expect(calls).toEqual([['b'], ['s'], ['bad', 'c'], ['bad'], ['c']]);
+    expect(log).toEqual(['beat after 1', 'beat after 2', 'beat after 3', 'beat after 4']);
+  });
+
+  it('a heartbeat that rejects in the middle of a split leaves no count behind: the half that ran is settled, the other never started', async () => {
+    const { calls, process } = recordingBatch();
+    let beats = 0;
+    const outcomes = await process(
+      ['a', 'bad'].map((id) => ({ id, payload: 1, redelivered: true })),
+      {
+        heartbeat: async () => {
+          if (++beats === 2) throw new Error('REBALANCE_IN_PROGRESS');
+        },
+      },
+    );
+    expect(calls).toEqual([['a', 'bad'], ['a']]);
+    expect(outcomes.map((o) => o.status)).toEqual(['processed', 'retry']);
+    expect(outcomes[1]!.error!.message).toMatch(/heartbeat failed/);
+    expect(await attempts()).toEqual([]);
+    expect(await database.t.countEffects()).toBe(1);
+  });
+
+  it('a heartbeat that rejects stops the call: what committed stays, the rest is retried uncounted, and their counts are taken back', async () => {
+    await database.t.query(`insert into "${database.t.schema}".inbox_attempts (consumer, message_id, attempts) values ('c', 's', 1)`);
+    const { calls, process } = recordingBatch();
+    const outcomes = await process(
+      ['a', 's', 'b'].map((id) => ({ id, payload: 1, redelivered: true })),
+      {
+        heartbeat: async () => {
+          throw new Error('REBALANCE_IN_PROGRESS');
+        },
+      },
+    );
+    expect(calls).toEqual([['a']]);
+    expect(outcomes.map((o) => o.status)).toEqual(['processed', 'retry', 'retry']);
+    expect(outcomes[1]).toMatchObject({ reason: 'internal-error', error: { code: InboxErrorCodes.INTERNAL_ERROR } });
+    expect(outcomes[1]!.error!.message).toMatch(/heartbeat failed.*REBALANCE_IN_PROGRESS/);
+    expect(await database.t.countEffects()).toBe(1);
+    // s keeps its earlier record, untouched; b never ran, so its count ahead was taken back.
+    expect(await attempts()).toEqual([{ message_id: 's', attempts: 1 }]);
   });
 });
 

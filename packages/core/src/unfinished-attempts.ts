@@ -22,7 +22,8 @@ import { type AnyPgDatabase, type InboxMessage, type InboxOutcome, OutcomeReason
  * its turn comes. So a death charges one suspect, the one that was running, and an innocent
  * message is charged at most once (the death that made it a suspect), never `maxAttempts` times.
  * Serialising every redelivery instead starved them all behind one message that broke the channel
- * each time it ran.
+ * each time it ran. A batch processor counts its call's first-time redeliveries in one statement and
+ * runs them in one transaction with the call's other messages; its suspects run alone, in the lane.
  */
 
 /**
@@ -59,11 +60,68 @@ export async function runRedelivered(
   if ('outcome' in first) return first.outcome;
   if (first.known) return run(false);
   if (first.counted !== null) return attempt(options, store, message, first.counted, run);
+  return runSuspect(options, store, lane, message, run);
+}
+
+/**
+ * @internal A redelivery that failed or died before (it has an attempts record): it waits for the
+ * lane, and its attempt is counted when its turn comes (see above).
+ */
+export function runSuspect(
+  options: ResolvedOptions<AnyPgDatabase, unknown>,
+  store: InboxStore,
+  lane: AttemptLane,
+  message: InboxMessage,
+  run: (countedAhead: boolean) => Promise<InboxOutcome>,
+): Promise<InboxOutcome> {
   return lane.run(async () => {
     const turn = await startAttempt(options, store, message, false);
     if ('outcome' in turn) return turn.outcome;
     return turn.counted === null ? run(false) : attempt(options, store, message, turn.counted, run);
   });
+}
+
+/**
+ * @internal How a batch's redelivery starts, decided for all of them in one statement:
+ * - `known`: the id is in the inbox already, a duplicate; nothing counted;
+ * - `counted`: a first-time redelivery, its attempt counted ahead; it runs with the batch's other
+ *   messages (a death then charges each message in flight once, see above);
+ * - `suspect`: it failed or died before; it runs alone, in the lane ({@link runSuspect});
+ * - `outcome`: it does not run (its attempts are spent, or the database could not count it).
+ */
+export type RedeliveryStart = { kind: 'known' } | { kind: 'counted' } | { kind: 'suspect' } | { kind: 'outcome'; outcome: InboxOutcome };
+
+/** @internal Counts the first attempts of a batch's redelivered `messages` (distinct ids) ahead; see {@link RedeliveryStart}. */
+export async function startRedeliveries(
+  options: ResolvedOptions<AnyPgDatabase, unknown>,
+  store: InboxStore,
+  messages: readonly InboxMessage[],
+): Promise<Map<string, RedeliveryStart>> {
+  const starts = new Map<string, RedeliveryStart>();
+  if (messages.length === 0) return starts;
+  let counted: Map<string, { known: boolean; counted: number | null }>;
+  try {
+    counted = await store.startFirstAttempts(
+      options.db,
+      messages.map((message) => message.id),
+    );
+  } catch (error) {
+    for (const message of messages) starts.set(message.id, { kind: 'outcome', outcome: notCounted(options, message, error) });
+    return starts;
+  }
+  const spentIds: string[] = [];
+  for (const message of messages) {
+    const start = counted.get(message.id);
+    if (start === undefined || start.known) starts.set(message.id, { kind: 'known' });
+    else if (start.counted === null) starts.set(message.id, { kind: 'suspect' });
+    else if (start.counted > options.maxAttempts) {
+      // Only when a concurrent copy counted it too: this attempt will not run (see attempt()).
+      spentIds.push(message.id);
+      starts.set(message.id, { kind: 'outcome', outcome: spent(options, message, start.counted - 1) });
+    } else starts.set(message.id, { kind: 'counted' });
+  }
+  await store.uncountAttempts(options.db, spentIds);
+  return starts;
 }
 
 /** The attempt itself, `counted` the attempts counted now (this one included). */
@@ -94,18 +152,21 @@ async function startAttempt(
   try {
     return await store.startAttempt(options.db, message.id, firstOnly);
   } catch (error) {
-    const missing = classifyDatabaseError(error) === 'schema-missing';
-    return {
-      outcome: infrastructureRetry(
-        options,
-        message,
-        missing ? InboxErrorCodes.INBOX_TABLE_MISSING : InboxErrorCodes.DATABASE_UNAVAILABLE,
-        missing ? OutcomeReasons.INBOX_TABLE_MISSING : OutcomeReasons.DATABASE_UNAVAILABLE,
-        'the attempt of a redelivered message could not be counted before it ran',
-        error,
-      ),
-    };
+    return { outcome: notCounted(options, message, error) };
   }
+}
+
+/** The outage retry of a redelivery whose attempt the database could not count (not counted, like any outage). */
+function notCounted(options: ResolvedOptions<AnyPgDatabase, unknown>, message: InboxMessage, error: unknown): InboxOutcome {
+  const missing = classifyDatabaseError(error) === 'schema-missing';
+  return infrastructureRetry(
+    options,
+    message,
+    missing ? InboxErrorCodes.INBOX_TABLE_MISSING : InboxErrorCodes.DATABASE_UNAVAILABLE,
+    missing ? OutcomeReasons.INBOX_TABLE_MISSING : OutcomeReasons.DATABASE_UNAVAILABLE,
+    'the attempt of a redelivered message could not be counted before it ran',
+    error,
+  );
 }
 
 /** The dead-letter of a message whose attempts are spent: it is not run again. */
@@ -124,7 +185,7 @@ function spent(options: ResolvedOptions<AnyPgDatabase, unknown>, message: InboxM
   };
 }
 
-/** True for the outcomes after which an attempt counted ahead is taken back: it ended without failing. */
-function endedWithoutFailing(outcome: InboxOutcome): boolean {
+/** @internal True for the outcomes after which an attempt counted ahead is taken back: it ended without failing. */
+export function endedWithoutFailing(outcome: InboxOutcome): boolean {
   return outcome.status === 'processed' || outcome.status === 'duplicate' || outcome.status === 'rejected';
 }

@@ -9,7 +9,7 @@ import { isOutcome, outcomeOfExisting, prepareMessage, type KnownRow, type Prepa
 import { rejectionReason } from './rejection.js';
 import { runHandler } from './run-handler.js';
 import { runInboxTransaction } from './transaction.js';
-import { AttemptLane, runRedelivered } from './unfinished-attempts.js';
+import { AttemptLane, endedWithoutFailing, runSuspect, startRedeliveries } from './unfinished-attempts.js';
 import type { HandlerResult } from './with-inbox.js';
 import { isCounted } from './transaction-failures.js';
 import {
@@ -52,6 +52,35 @@ export type InboxBatchHandler<TDb extends AnyPgDatabase, TPayload = unknown> = (
 interface Slot<TPayload> {
   index: number;
   prepared: PreparedMessage<TPayload>;
+  /** A redelivery whose attempt was counted before it ran (see unfinished-attempts.ts). */
+  countedAhead?: boolean;
+}
+
+/** One processor call: the consumer's stop signal, and the heartbeat between its transactions. */
+interface Call {
+  signal: AbortSignal | undefined;
+  beat: () => Promise<void>;
+}
+
+/** The caller's heartbeat (see {@link ProcessOptions.heartbeat}) rejected: the call stops. */
+class HeartbeatFailed extends Error {
+  constructor(readonly original: unknown) {
+    super(`the heartbeat failed: ${describeError(original)}`, { cause: original });
+    this.name = 'HeartbeatFailed';
+  }
+}
+
+/** A message a call did not run because its heartbeat failed: retried, not counted. */
+function notRunAfterHeartbeat(options: ResolvedOptions<AnyPgDatabase, unknown>, delivery: unknown, error: unknown): InboxOutcome {
+  const outcome = internalFailure(options, delivery, error);
+  const { original } = error as HeartbeatFailed;
+  return {
+    ...outcome,
+    error: new InboxError(InboxErrorCodes.INTERNAL_ERROR, `not run: the call's heartbeat failed before its turn (${describeError(original)})`, {
+      cause: original,
+      messageIds: [outcome.messageId],
+    }),
+  };
 }
 
 /** What one committed batch transaction decided: outcomes by input index, and the row now stored per id. */
@@ -222,9 +251,9 @@ export function withInboxBatch<TDb extends AnyPgDatabase, TPayload = unknown>(
     slots: Slot<TPayload>[],
     into: (InboxOutcome | undefined)[],
     stored: Map<string, KnownRow>,
-    wait: { lockTimeoutMs: number | null; busyUntil?: number; signal: AbortSignal | undefined; countedAhead?: boolean },
+    wait: { lockTimeoutMs: number | null; busyUntil?: number; call: Call },
   ): Promise<void> {
-    const result = await runTransaction(slots, wait.lockTimeoutMs, wait.signal);
+    const result = await runTransaction(slots, wait.lockTimeoutMs, wait.call.signal);
     if (result.ok) {
       for (const [index, outcome] of result.value.outcomes) into[index] = outcome;
       for (const [id, row] of result.value.rows) stored.set(id, row);
@@ -237,26 +266,40 @@ export function withInboxBatch<TDb extends AnyPgDatabase, TPayload = unknown>(
     }
     const split = isCounted(failure) || (failure.kind === 'busy' && Date.now() < wait.busyUntil!);
     if (slots.length === 1 || !split) {
-      for (const { index, prepared } of slots) into[index] = await outcomeOfFailure(general, store, prepared.message, failure, wait.countedAhead === true);
+      for (const slot of slots) into[slot.index] = await outcomeOfFailure(general, store, slot.prepared.message, failure, slot.countedAhead === true);
       return;
     }
     const middle = Math.ceil(slots.length / 2);
     // In order, so a partition-ordered broker (Kafka) sees earlier messages settled first.
+    await wait.call.beat();
     await isolate(slots.slice(0, middle), into, stored, wait);
+    await wait.call.beat();
     await isolate(slots.slice(middle), into, stored, wait);
   }
 
-  /** One message in a transaction of its own; a redelivered one with its attempt counted ahead. */
-  async function runAlone(slot: Slot<TPayload>, into: (InboxOutcome | undefined)[], stored: Map<string, KnownRow>, signal: AbortSignal | undefined) {
-    const { message } = slot.prepared;
-    if (message.redelivered !== true) return isolate([slot], into, stored, { lockTimeoutMs: resolved.lockTimeoutMs, signal });
-    into[slot.index] = await runRedelivered(general, store, suspects, message, async (countedAhead) => {
-      await isolate([slot], into, stored, { lockTimeoutMs: resolved.lockTimeoutMs, signal, countedAhead });
+  /** `slots` in one transaction (split on failure); the attempts counted ahead are taken back where they ended without failing. */
+  async function runBatch(slots: Slot<TPayload>[], into: (InboxOutcome | undefined)[], stored: Map<string, KnownRow>, call: Call): Promise<void> {
+    try {
+      await isolate(slots, into, stored, { lockTimeoutMs: resolved.lockTimeoutMs, call });
+    } finally {
+      // Also when a failed heartbeat stopped the split: the halves that ran are settled.
+      const settled = slots.filter((slot) => slot.countedAhead === true && into[slot.index] !== undefined && endedWithoutFailing(into[slot.index]!));
+      await store.uncountAttempts(
+        resolved.db,
+        settled.map((slot) => slot.prepared.message.id),
+      );
+    }
+  }
+
+  /** A redelivery that failed or died before: alone, in the lane, its attempt counted when its turn comes. */
+  async function runSuspectAlone(slot: Slot<TPayload>, into: (InboxOutcome | undefined)[], stored: Map<string, KnownRow>, call: Call): Promise<void> {
+    into[slot.index] = await runSuspect(general, store, suspects, slot.prepared.message, async (countedAhead) => {
+      await isolate([{ ...slot, countedAhead }], into, stored, { lockTimeoutMs: resolved.lockTimeoutMs, call });
       return into[slot.index]!;
     });
   }
 
-  async function process(deliveries: readonly InboxMessage[], outcomes: (InboxOutcome | undefined)[], signal: AbortSignal | undefined): Promise<void> {
+  async function process(deliveries: readonly InboxMessage[], outcomes: (InboxOutcome | undefined)[], call: Call): Promise<void> {
     const leaders = new Map<string, Slot<TPayload>>();
     const copies: Slot<TPayload>[] = [];
     for (const [index, delivery] of deliveries.entries()) {
@@ -271,11 +314,50 @@ export function withInboxBatch<TDb extends AnyPgDatabase, TPayload = unknown>(
     }
     const stored = new Map<string, KnownRow>();
     const slots = [...leaders.values()];
-    if (slots.some((slot) => slot.prepared.message.redelivered === true)) {
-      // A redelivery may be a message that killed the process: each runs alone, its attempt counted ahead (see unfinished-attempts.ts).
-      for (const slot of slots) await runAlone(slot, outcomes, stored, signal);
-    } else if (slots.length > 0) {
-      await isolate(slots, outcomes, stored, { lockTimeoutMs: resolved.lockTimeoutMs, signal });
+    // Redeliveries may include a message that killed the process (see unfinished-attempts.ts): the
+    // first-time ones are counted ahead and run with the others, in one transaction; the ones that
+    // failed or died before run alone, in order, splitting the batch where they stand.
+    const starts = await startRedeliveries(
+      general,
+      store,
+      slots.filter((slot) => slot.prepared.message.redelivered === true).map((slot) => slot.prepared.message),
+    );
+    const planned = slots.map((slot) => {
+      const start = starts.get(slot.prepared.message.id);
+      return start?.kind === 'counted' ? { slot: { ...slot, countedAhead: true }, start } : { slot, start };
+    });
+    let batch: Slot<TPayload>[] = [];
+    let started = false;
+    const step = async (work: () => Promise<void>) => {
+      if (started) await call.beat();
+      started = true;
+      await work();
+    };
+    const flush = async () => {
+      const pending = batch;
+      batch = [];
+      if (pending.length > 0) await step(() => runBatch(pending, outcomes, stored, call));
+    };
+    try {
+      for (const { slot, start } of planned) {
+        if (start?.kind === 'outcome') {
+          outcomes[slot.index] = start.outcome;
+        } else if (start?.kind === 'suspect') {
+          await flush();
+          await step(() => runSuspectAlone(slot, outcomes, stored, call));
+        } else {
+          batch.push(slot);
+        }
+      }
+      await flush();
+    } catch (error) {
+      // Stopped before some ran (a failed heartbeat, or a bug): their attempts, counted ahead, never started.
+      const unstarted = planned.filter(({ slot }) => slot.countedAhead === true && outcomes[slot.index] === undefined);
+      await store.uncountAttempts(
+        resolved.db,
+        unstarted.map(({ slot }) => slot.prepared.message.id),
+      );
+      throw error;
     }
     for (const { index, prepared } of copies) {
       const leader = leaders.get(prepared.message.id)!;
@@ -286,11 +368,21 @@ export function withInboxBatch<TDb extends AnyPgDatabase, TPayload = unknown>(
   const processor = async (deliveries: readonly InboxMessage[], options?: ProcessOptions): Promise<InboxOutcome[]> => {
     if (!Array.isArray(deliveries)) throw new InboxError(InboxErrorCodes.INVALID_OPTIONS, 'a batch processor takes an array of messages');
     const outcomes: (InboxOutcome | undefined)[] = new Array(deliveries.length);
+    const heartbeat = options?.heartbeat;
+    const beat = async () => {
+      if (heartbeat === undefined) return;
+      try {
+        await heartbeat();
+      } catch (error) {
+        throw new HeartbeatFailed(error);
+      }
+    };
     try {
-      await process(deliveries, outcomes, options?.signal);
+      await process(deliveries, outcomes, { signal: options?.signal, beat });
     } catch (error) {
       // Outcomes already decided (some sub-batches may have committed) are kept; only the rest are retried.
-      for (let index = 0; index < deliveries.length; index++) outcomes[index] ??= internalFailure(general, deliveries[index], error);
+      const notRun = error instanceof HeartbeatFailed ? notRunAfterHeartbeat : internalFailure;
+      for (let index = 0; index < deliveries.length; index++) outcomes[index] ??= notRun(general, deliveries[index], error);
     }
     return outcomes as InboxOutcome[];
   };

@@ -1,7 +1,7 @@
 import { backoffDelay } from '../backoff.js';
 import { describeError } from '../error-text.js';
 import { InboxError, InboxErrorCodes } from '../errors.js';
-import { isBatchProcessor, OutcomeReasons, type AnyInboxProcessor, type InboxMessage, type InboxOutcome } from '../types.js';
+import { isBatchProcessor, OutcomeReasons, type AnyInboxProcessor, type InboxMessage, type InboxOutcome, type ProcessOptions } from '../types.js';
 import { type DeliveryTelemetry, startDeliveries } from '../telemetry/spans.js';
 import { type ConsumerEventEmitter, markDecided } from './events.js';
 
@@ -59,16 +59,17 @@ function malformed(value: unknown): string | undefined {
  * processor runs inside it, so core's transaction span nests under it. A batch processor runs
  * outside the delivery spans; its transaction spans link to them. `destination` names the queue or
  * topic of these deliveries when `events.messaging` has none for the whole consumer (Kafka: per topic).
+ * `options` is the consumer's stop signal, or {@link ProcessOptions} (a signal and a batch call's heartbeat).
  */
 export async function callProcessor(
   processor: AnyInboxProcessor,
   messages: readonly InboxMessage[],
-  signal: AbortSignal | undefined,
+  options: AbortSignal | ProcessOptions | undefined,
   events: ConsumerEventEmitter,
   destination?: string,
 ): Promise<InboxOutcome[]> {
   const telemetry = startDeliveries(messages, processor.consumer, events.messaging, destination);
-  const outcomes = await runProcessor(processor, messages, signal, events, telemetry);
+  const outcomes = await runProcessor(processor, messages, options instanceof AbortSignal ? { signal: options } : options, events, telemetry);
   markDecided(outcomes, destination);
   return outcomes;
 }
@@ -77,11 +78,10 @@ export async function callProcessor(
 async function runProcessor(
   processor: AnyInboxProcessor,
   messages: readonly InboxMessage[],
-  signal: AbortSignal | undefined,
+  options: ProcessOptions | undefined,
   events: ConsumerEventEmitter,
   telemetry: DeliveryTelemetry | undefined,
 ): Promise<InboxOutcome[]> {
-  const options = signal === undefined ? undefined : { signal };
   const broken = (problem: string, cause?: unknown, about: readonly InboxMessage[] = messages) => {
     const error = new InboxError(InboxErrorCodes.PROCESSOR_THREW, `the processor ${problem} (it must resolve to one outcome per message)`, {
       ...(cause === undefined ? {} : { cause }),
