@@ -6,6 +6,7 @@ import {
   type InboxMessage,
   type InboxOutcome,
   type InboxProcessor,
+  type ProcessOptions,
   OutcomeReasons,
 } from '@inboxed/core';
 import { ConsumerEventEmitter, InFlight } from '@inboxed/core/adapter';
@@ -202,16 +203,18 @@ describe('a busy outcome (leased mode: another worker holds the lease)', () => {
     expect(seen).toEqual(['message_processed:m-0', 'busy:m-1']);
     expect(sent).toEqual([]);
     expect(runtime.holds.isHeld('payments', 0)).toBe(true);
-    // A fetch that comes back while the partition is held runs nothing. (The first records of a
-    // generation are marked redelivered, and each marked record is a call of its own.)
+    // A fetch that comes back while the partition is held runs nothing.
     await runtime.run({ topic: 'payments', partition: 0, messages: batch.slice(1) });
-    expect(calls).toHaveLength(3);
+    expect(calls).toHaveLength(1);
     // After retryAfterMs the partition resumes at m-1.
     await new Promise((resolve) => setTimeout(resolve, 60));
     expect(runtime.holds.isHeld('payments', 0)).toBe(false);
     busy = false;
     await runtime.run({ topic: 'payments', partition: 0, messages: batch.slice(1) });
-    expect(calls).toEqual([['m-0'], ['m-1'], ['m-2'], ['m-1'], ['m-2']]);
+    expect(calls).toEqual([
+      ['m-0', 'm-1', 'm-2'],
+      ['m-1', 'm-2'],
+    ]);
     expect(commits).toEqual(['0@1', '0@3']);
     expect(seen).toEqual(['message_processed:m-0', 'busy:m-1', 'message_processed:m-1', 'message_processed:m-2']);
     expect(sent).toEqual([]);
@@ -221,7 +224,14 @@ describe('a busy outcome (leased mode: another worker holds the lease)', () => {
 
 describe('redelivered: the records that may have been in flight when a process died', () => {
   /** A runtime on a fake consumer whose processor records `id:redelivered` per message, per call. */
-  function markingRuntime(options: { batchSize?: number; outcome?: (message: InboxMessage) => InboxOutcome | undefined } = {}) {
+  function markingRuntime(
+    options: {
+      batchSize?: number;
+      outcome?: (message: InboxMessage) => InboxOutcome | undefined;
+      /** Runs inside each batch call before its outcomes, with the call's options (a core processor heartbeats between its transactions). */
+      during?: (call: ProcessOptions | undefined) => Promise<void>;
+    } = {},
+  ) {
     const { consumer, commits, join } = fakeConsumer(() => undefined);
     const calls: string[][] = [];
     const decide = (m: InboxMessage): InboxOutcome => options.outcome?.(m) ?? { status: 'processed', messageId: m.id, consumer: 'billing' };
@@ -236,8 +246,9 @@ describe('redelivered: the records that may have been in flight when a process d
             { kind: 'single' as const, ...shared },
           ) satisfies InboxProcessor)
         : (Object.assign(
-            async (messages: readonly InboxMessage[]): Promise<InboxOutcome[]> => {
+            async (messages: readonly InboxMessage[], call?: ProcessOptions): Promise<InboxOutcome[]> => {
               calls.push(messages.map((m) => `${m.id}:${m.redelivered === true}`));
+              await options.during?.(call);
               return messages.map(decide);
             },
             { kind: 'batch' as const, ...shared },
@@ -266,46 +277,56 @@ describe('redelivered: the records that may have been in flight when a process d
     await runtime.run({ topic: 'payments', partition: 0, messages: records(0, 2) });
     await runtime.run({ topic: 'payments', partition: 0, messages: records(2, 6) });
     await runtime.run({ topic: 'payments', partition: 1, messages: records(0, 4) });
-    // Each marked record is a call of its own (see the heartbeat test below); the unmarked rest of a chunk one call.
     expect(calls).toEqual([
-      ['m-0:true'],
-      ['m-1:true'],
-      ['m-2:true'],
-      ['m-3:false', 'm-4:false'],
+      ['m-0:true', 'm-1:true'],
+      ['m-2:true', 'm-3:false', 'm-4:false'],
       ['m-5:false'],
-      ['m-0:true'],
-      ['m-1:true'],
-      ['m-2:true'],
+      ['m-0:true', 'm-1:true', 'm-2:true'],
       ['m-3:false'],
     ]);
     // A new generation (a rebalance that kept the partition): its first call is marked again.
     join([0]);
     await runtime.run({ topic: 'payments', partition: 0, messages: records(6, 10) });
-    expect(calls.slice(9)).toEqual([['m-6:true'], ['m-7:true'], ['m-8:true'], ['m-9:false']]);
+    expect(calls.slice(5)).toEqual([['m-6:true', 'm-7:true', 'm-8:true'], ['m-9:false']]);
     runtime.close();
   });
 
-  it('batch processor: a heartbeat after every marked record, so a slow first chunk of a generation keeps the member in the group', async () => {
-    const { runtime, calls, commits, join, records } = markingRuntime({ batchSize: 3 });
+  it("batch processor: the processor's heartbeat between its transactions is the fetch's, so a slow marked call keeps the member in the group", async () => {
+    const { runtime, calls, commits, join, records } = markingRuntime({
+      batchSize: 3,
+      during: async (call) => {
+        await call?.heartbeat?.();
+        await call?.heartbeat?.();
+      },
+    });
     join([0]);
     const heartbeats: number[] = [];
     await runtime.run({ topic: 'payments', partition: 0, messages: records(0, 5), heartbeat: async () => void heartbeats.push(calls.length) });
-    // After m-0 and m-1 (m-2 ends its chunk), then between the chunks; none after the last.
-    expect(heartbeats).toEqual([1, 2, 3]);
-    expect(calls).toEqual([['m-0:true'], ['m-1:true'], ['m-2:true'], ['m-3:false', 'm-4:false']]);
+    // Two inside each call, and one between the chunks.
+    expect(heartbeats).toEqual([1, 1, 1, 2, 2]);
+    expect(calls).toEqual([
+      ['m-0:true', 'm-1:true', 'm-2:true'],
+      ['m-3:false', 'm-4:false'],
+    ]);
     expect(commits).toEqual(['0@3', '0@5']);
     runtime.close();
   });
 
-  it('batch processor: a heartbeat the group refuses between marked records stops the chunk uncommitted, and kafkajs rejoins', async () => {
-    const { runtime, calls, commits, join, records } = markingRuntime({ batchSize: 3 });
+  it('batch processor: a heartbeat the group refuses inside a call stops it uncommitted, whatever the processor returns, and kafkajs rejoins', async () => {
+    const { runtime, calls, commits, join, records } = markingRuntime({
+      batchSize: 3,
+      during: async (call) => {
+        // A core processor stops at the refusal and settles what is left as retries; this one swallows it.
+        await call?.heartbeat?.().catch(() => {});
+      },
+    });
     join([0]);
     const heartbeat = async () => {
       throw protocolError('REBALANCE_IN_PROGRESS');
     };
-    await expect(runtime.run({ topic: 'payments', partition: 0, messages: records(0, 3), heartbeat })).rejects.toThrow('REBALANCE_IN_PROGRESS');
+    await expect(runtime.run({ topic: 'payments', partition: 0, messages: records(0, 5), heartbeat })).rejects.toThrow('REBALANCE_IN_PROGRESS');
     // Nothing more ran after the refusal and nothing was committed: the records come back in the next generation.
-    expect(calls).toEqual([['m-0:true']]);
+    expect(calls).toEqual([['m-0:true', 'm-1:true', 'm-2:true']]);
     expect(commits).toEqual([]);
     runtime.close();
   });
@@ -359,12 +380,10 @@ describe('redelivered: the records that may have been in flight when a process d
     await new Promise((resolve) => setTimeout(resolve, 50));
     await runtime.run({ topic: 'payments', partition: 0, messages: records(3, 6) });
     expect(calls).toEqual([
-      ['m-0:true'],
-      ['m-1:true'],
-      ['m-1:true'], // the marked chunk's hold: its replay is marked
-      ['m-2:true'],
+      ['m-0:true', 'm-1:true'],
+      ['m-1:true', 'm-2:true'], // the marked call's hold: its replay is marked
       ['m-3:false', 'm-4:false'],
-      ['m-3:false', 'm-4:false'], // an unmarked chunk's hold: not marked
+      ['m-3:false', 'm-4:false'], // an unmarked call's hold: not marked
       ['m-5:false'],
     ]);
     expect(commits).toEqual(['0@1', '0@3', '0@5', '0@6']);

@@ -215,8 +215,7 @@ class BatchRunner {
   /**
    * Outcomes for a chunk, index-aligned with `records`: the adapter's own for records without an
    * id or with an undecodable value (reported to the processor's observers), the processor's for
-   * the rest. The first `marked` records are handed over `redelivered`, each in a call of its own
-   * followed by a heartbeat; the others in one call.
+   * the rest, in one call. The first `marked` records are handed over `redelivered`.
    */
   private async outcomesOf(
     topic: string,
@@ -242,23 +241,23 @@ class BatchRunner {
         this.observe(mapped.outcome);
       }
     }
-    // Core runs every redelivered message in a transaction of its own, one after the other (its
-    // attempt counted ahead), so a call of `batchSize` marked records can take far longer than a
-    // batch: 500 of them outlasted a 3 s session on a loaded machine, and the member was evicted at
-    // its first commit, again in every generation. So each marked message is a call of its own, with a
-    // heartbeat after it (kafkajs sends one only once `heartbeatInterval` has passed), and the
-    // unmarked rest is one call.
-    let done = 0;
-    const call = async (count: number) => {
-      const results = await callProcessor(processor, messages.slice(done, done + count), this.deps.signal(), events, topic);
-      for (let j = 0; j < results.length; j++) outcomes[positions[done + j]!] = results[j]!;
-      done += count;
+    if (messages.length === 0) return outcomes;
+    // A batch processor can take several transactions for one call (a failing batch split in halves,
+    // redeliveries that failed or died before run one at a time), longer than a session on a slow
+    // handler: it heartbeats between them (kafkajs sends one only once `heartbeatInterval` passed).
+    // A heartbeat the group refuses stops the call; the refusal is rethrown here, nothing is committed.
+    let refused: { error: unknown } | undefined;
+    const beat = async () => {
+      try {
+        await heartbeat();
+      } catch (error) {
+        refused = { error };
+        throw error;
+      }
     };
-    while (done < messages.length && messages[done]!.redelivered === true) {
-      await call(1);
-      if (done < messages.length) await heartbeat();
-    }
-    if (done < messages.length) await call(messages.length - done);
+    const results = await callProcessor(processor, messages, { signal: this.deps.signal(), heartbeat: beat }, events, topic);
+    if (refused !== undefined) throw refused.error;
+    for (let j = 0; j < results.length; j++) outcomes[positions[j]!] = results[j]!;
     return outcomes;
   }
 

@@ -81,27 +81,58 @@ describe('records that may have been in flight when a process died are handed ov
     expect(await attemptsOf(k)).toEqual([]);
   });
 
-  it('batch processor: a first chunk that takes longer than the session (its records run one by one) keeps the member in the group', async () => {
-    // The harness's session is 3 s; 120 marked records of 30 ms each, one transaction each, take about 4.
+  it('batch processor: a first chunk of suspects that takes longer than the session (they run one by one) keeps the member in the group', async () => {
+    // 120 records a process died with (each has an attempts record), so core runs each alone; at
+    // 30 ms each they take about 4 s, past the harness's 3 s session, within one processor call.
+    const ids = Array.from({ length: 120 }, (_, i) => `slow-${i}`);
+    await k.t.query(
+      `insert into "${k.t.schema}".inbox_attempts (consumer, message_id, attempts, last_error_code)
+       select 'billing', 'slow-' || g, 1, 'ATTEMPT_UNFINISHED' from generate_series(0, 119) as g`,
+    );
+    const calls: number[] = [];
     const batch = withInboxBatch(
       async (messages: InboxMessage[], tx: any) => {
+        calls.push(messages.length);
         await new Promise((resolve) => setTimeout(resolve, 30 * messages.length));
         await tx.insert(k.t.effects).values(messages.map((m) => ({ messageId: m.id })));
       },
       { db: k.t.db, consumer: 'billing', tables: { schema: k.t.schema } },
     );
-    const ids = Array.from({ length: 120 }, (_, i) => `slow-${i}`);
     await k.h.produce(ids.map((id) => ({ id, value: { id }, partition: 0 })));
     const consumer = await k.start(batch, { batchSize: 120 });
     const errors: string[] = [];
     consumer.on('error', (error) => void errors.push(String(error.code)));
     await waitFor('partition 0 committed to the end', async () => (await k.h.committed())[0] === 120, 30_000);
     await consumer.stop();
-    // No refused commit (the member was never evicted), and every record applied once.
+    // No refused commit (the member was never evicted), each record ran alone, and every one was applied once.
     expect(errors).toEqual([]);
+    expect(calls).toEqual(ids.map(() => 1));
     const effects = await effectsOf(k);
     expect(Object.keys(effects).sort()).toEqual([...ids].sort());
     expect(Object.values(effects).every((n) => n === 1)).toBe(true);
+    // Only the deaths before stay counted.
+    expect(await k.t.query(`select count(*)::int as n from "${k.t.schema}".inbox_attempts where attempts = 1`)).toEqual([{ n: 120 }]);
+  }, 60_000);
+
+  it('batch processor: a first chunk of first-time redeliveries runs in one transaction', async () => {
+    const calls: number[] = [];
+    const batch = withInboxBatch(
+      async (messages: InboxMessage[], tx: any) => {
+        calls.push(messages.length);
+        await tx.insert(k.t.effects).values(messages.map((m) => ({ messageId: m.id })));
+      },
+      { db: k.t.db, consumer: 'billing', tables: { schema: k.t.schema } },
+    );
+    const ids = Array.from({ length: 50 }, (_, i) => `fresh-${i}`);
+    await k.h.produce(ids.map((id) => ({ id, value: { id }, partition: 0 })));
+    const consumer = await k.start(batch, { batchSize: 50 });
+    await waitFor('partition 0 committed to the end', async () => (await k.h.committed())[0] === 50, 30_000);
+    await consumer.stop();
+    // kafkajs may hand the first fetch over in pieces; each piece is one transaction, never one per record.
+    expect(calls.reduce((a, b) => a + b, 0)).toBe(50);
+    expect(calls.length).toBeLessThan(5);
+    expect(Object.values(await effectsOf(k)).every((n) => n === 1)).toBe(true);
+    expect(await k.t.query(`select * from "${k.t.schema}".inbox_attempts`)).toEqual([]);
   }, 60_000);
 
   it('per-message processor: the first record of each partition, and the replay of a hold of it; a failure stays counted once', async () => {
@@ -202,15 +233,24 @@ describe.each([
 
     // 2. and 3. Every next process starts at the committed offset with its first call marked: the
     // poison's attempt is counted before it runs, and stays counted when the process dies in it.
+    // Batch: the first call's records have no attempts record yet, so they run together, and the
+    // death charges each of them once. From then on they are suspects, run one at a time: m-3
+    // commits alone before the poison (taking back its count), and the next death is the poison's
+    // only; m-5 never gets its turn.
+    const expected = [
+      ['m-3:1', 'm-5:1', 'poison:1'],
+      ['m-3:1', 'm-5:1', 'poison:2'],
+    ];
     for (let death = 1; death <= maxAttempts; death++) {
       out = await dieOnPoison();
-      expect(handled(out)).toEqual(
-        // The first call, one message at a time (each marked record a call of its own), up to the poison.
-        batchSize === undefined ? ['poison:true'] : ['m-3:true', 'poison:true'],
+      // What the first call was handed, marked.
+      expect(handled(out)).toEqual(batchSize === undefined ? ['poison:true'] : ['m-3:true', 'poison:true', 'm-5:true']);
+      expect(await attemptsOf(k)).toEqual(
+        (batchSize === undefined ? [`poison:${death}`] : expected[death - 1]!).map((attempts) => `${attempts}:ATTEMPT_UNFINISHED`),
       );
-      expect(await attemptsOf(k)).toEqual([`poison:${death}:ATTEMPT_UNFINISHED`]);
       expect((await k.h.committed())[0]).toBe(head.length);
     }
+    if (batchSize !== undefined) expect(Object.keys(await effectsOf(k)).sort()).toEqual([...head, 'm-3']);
 
     // 4. The next member does not run it again: it is dead-lettered, the rest is processed and committed.
     const ran: string[] = [];
