@@ -2,8 +2,11 @@ import { connect } from 'node:net';
 
 /** The PostgreSQL protocol's CancelRequest code (1234 << 16 | 5678). */
 const CANCEL_REQUEST_CODE = 80877102;
-/** How long a cancel may take to be delivered before it is given up. */
-const CANCEL_TIMEOUT_MS = 5_000;
+/**
+ * @internal How long a cancel may take to be delivered before it is given up, on either driver: a
+ * server that cannot be reached in this time would not have ended the statement any sooner.
+ */
+export const CANCEL_TIMEOUT_MS = 5_000;
 
 /** The parts of a node-postgres client a cancel is addressed with. */
 interface CancellableClient {

@@ -1,4 +1,5 @@
 import type { InboxError } from '../errors.js';
+import { CANCEL_TIMEOUT_MS } from './cancel-request.js';
 import { lateStatementRefused, StatementGate, streamRefused } from './transaction-control.js';
 
 /**
@@ -125,13 +126,10 @@ class GuardState extends StatementGate {
   }
 }
 
-/** How long abandonment waits for the server to take a CancelRequest (it cannot be reached?). */
-const CANCEL_WAIT_MS = 5_000;
-
 /**
  * Sends postgres-js's CancelRequest for a running query (on a connection of its own, as its
  * `query.cancel()` does) and resolves once the server has taken it, or could not be reached, or
- * after {@link CANCEL_WAIT_MS}. postgres-js's own `cancel()` drops the request's promise, which
+ * after {@link CANCEL_TIMEOUT_MS}. postgres-js's own `cancel()` drops the request's promise, which
  * rejects when the server cannot be reached: called through `canceller` instead, the rejection is
  * handled. A cancel that cannot be delivered changes nothing: the statement then ends on its own or
  * with its connection, and abandonment waits for it as it did before cancels.
@@ -145,7 +143,7 @@ function cancelDelivered(query: PostgresJsQuery): Promise<void> {
     .then(() => canceller(query))
     .catch(() => {});
   const waited = new Promise<void>((resolve) => {
-    timer = setTimeout(resolve, CANCEL_WAIT_MS);
+    timer = setTimeout(resolve, CANCEL_TIMEOUT_MS);
   });
   return Promise.race([delivered, waited]).finally(() => clearTimeout(timer));
 }
