@@ -550,9 +550,16 @@ export class InboxStore {
     const attempts = sql.raw(qualifiedName(this.tables.inboxAttempts));
     const ids = sql`${sql.param([...messageIds])}::text[]`;
     try {
+      // Decided on the rows as locked, not as this statement's snapshot saw them: two copies taking
+      // back their counts of one id at once would otherwise both see 2, and the second, waiting on
+      // the first, would find 1 > 1 false and leave a count behind. FOR UPDATE returns the newest
+      // version once the other copy committed, and locks in id order (no deadlock between batches).
       // Disjoint rows (attempts <= 1 or > 1), so the delete and the update never touch the same row.
-      await db.execute(sql`with gone as (delete from ${attempts} where consumer = ${this.consumer} and message_id = any(${ids}) and attempts <= 1 returning 1)
-        update ${attempts} set attempts = attempts - 1 where consumer = ${this.consumer} and message_id = any(${ids}) and attempts > 1`);
+      await db.execute(sql`with locked as (select message_id, attempts from ${attempts}
+          where consumer = ${this.consumer} and message_id = any(${ids}) order by message_id for update),
+        gone as (delete from ${attempts} a using locked where a.consumer = ${this.consumer} and a.message_id = locked.message_id and locked.attempts <= 1 returning 1)
+        update ${attempts} a set attempts = locked.attempts - 1 from locked
+          where a.consumer = ${this.consumer} and a.message_id = locked.message_id and locked.attempts > 1`);
     } catch {
       // Deliberately not raised: see above.
     }

@@ -158,6 +158,21 @@ describe.each(DRIVERS)('redelivered messages on %s', (driver) => {
     expect(await attempts()).toEqual([{ message_id: 'spent', attempts: 2 }]);
   });
 
+  it('a copy flagged redelivered makes its id a redelivery, whichever copy of the batch leads', async () => {
+    await database.t.query(`insert into "${database.t.schema}".inbox_attempts (consumer, message_id, attempts) values ('c', 's', 1)`);
+    const { calls, process } = recordingBatch();
+    const outcomes = await process([
+      { id: 'a', payload: 1 },
+      { id: 's', payload: 1 },
+      { id: 's', payload: 1, redelivered: true },
+      { id: 'b', payload: 1 },
+    ]);
+    expect(outcomes.map((o) => o.status)).toEqual(['processed', 'processed', 'duplicate', 'processed']);
+    // s failed or died before: it runs alone, and only that earlier death stays counted.
+    expect(calls).toEqual([['a'], ['s'], ['b']]);
+    expect(await attempts()).toEqual([{ message_id: 's', attempts: 1 }]);
+  });
+
   it('the heartbeat is awaited between the transactions of one call, never before the first', async () => {
     await database.t.query(`insert into "${database.t.schema}".inbox_attempts (consumer, message_id, attempts) values ('c', 's', 1)`);
     const { calls, process } = recordingBatch();
@@ -236,5 +251,86 @@ describe('a redelivery that finds its copy busy (node-postgres)', () => {
       await holder.query('rollback');
       await holder.end();
     }
+  });
+});
+
+describe.each(DRIVERS.filter((driver) => driver !== 'pglite'))('copies of one redelivered id settling at once on %s', (driver) => {
+  const database = useMigratedDatabase(driver);
+  const attempts = () =>
+    database.t.query<{ message_id: string; attempts: number }>(`select message_id, attempts from "${database.t.schema}".inbox_attempts order by 1`);
+  const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+  /** Resolves once `n` other sessions wait on a lock in a statement containing `text`. */
+  const waitingOn = async (text: string, n: number) => {
+    for (let i = 0; i < 300; i++) {
+      const rows = await database.t.query<{ n: number }>(
+        `select count(*)::int as n from pg_stat_activity where wait_event_type = 'Lock' and position('${text}' in query) > 0 and pid <> pg_backend_pid()`,
+      );
+      if (rows[0]!.n >= n) return;
+      await sleep(10);
+    }
+    throw new Error(`never saw ${n} sessions waiting on ${text}`);
+  };
+
+  it('two take-backs of one id counted twice, overlapping, leave no count behind', async () => {
+    const { InboxStore } = await import('./inbox-store.js');
+    const { resolveOptions } = await import('./options.js');
+    const { databaseUrl } = await import('@inboxed/test-support');
+    const { default: pg } = await import('pg');
+    const resolved = resolveOptions(database.options());
+    const store = new InboxStore(resolved.tables, resolved.consumer);
+    // Two copies in flight counted x: 2.
+    await store.startFirstAttempts(resolved.db, ['x']);
+    await store.startAttempt(resolved.db, 'x', false);
+    expect(await attempts()).toEqual([{ message_id: 'x', attempts: 2 }]);
+    // An outside session holds the row so that both take-backs start before either ends.
+    const holder = new pg.Client({ connectionString: databaseUrl() });
+    await holder.connect();
+    try {
+      await holder.query('begin');
+      await holder.query(`select 1 from "${database.t.schema}".inbox_attempts where message_id = 'x' for update`);
+      const both = Promise.all([store.uncountAttempts(resolved.db, ['x']), store.uncountAttempts(resolved.db, ['x'])]);
+      await waitingOn('inbox_attempts', 2);
+      await holder.query('commit');
+      await both;
+    } finally {
+      await holder.end();
+    }
+    // Before, the second judged the row by its snapshot (2), waited, then found 1 > 1 false: x stayed at 1.
+    expect(await attempts()).toEqual([]);
+  });
+
+  it('a redelivery counted ahead that finds its id committed with another payload (conflict) leaves no count', async () => {
+    let release!: () => void;
+    const held = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    let entered!: () => void;
+    const inside = new Promise<void>((resolve) => {
+      entered = resolve;
+    });
+    const write = async (messages: InboxMessage[], tx: any) => {
+      await tx.insert(database.t.effects).values(messages.map((m) => ({ messageId: m.id })));
+    };
+    const first = withInboxBatch(async (messages: InboxMessage[], tx: any) => {
+      entered();
+      await held;
+      await write(messages, tx);
+    }, database.options());
+    const second = withInboxBatch(write, database.options());
+    const one = first([{ id: 'x', payload: 1, redelivered: true }]);
+    await inside;
+    // x is counted by the first copy and claimed, not committed: the second waits on the claim.
+    const two = second([
+      { id: 'x', payload: 2, redelivered: true },
+      { id: 'y', payload: 2, redelivered: true },
+    ]);
+    await waitingOn('insert into', 1);
+    release();
+    const [a, b] = await Promise.all([one, two]);
+    expect(a.map((o) => o.status)).toEqual(['processed']);
+    expect(b.map((o) => o.status)).toEqual(['conflict', 'processed']);
+    expect(await database.t.countEffects()).toBe(2);
+    expect(await attempts()).toEqual([]);
   });
 });

@@ -59,7 +59,9 @@ export async function runRedelivered(
   const first = await startAttempt(options, store, message, true);
   if ('outcome' in first) return first.outcome;
   if (first.known) return run(false);
-  if (first.counted !== null) return attempt(options, store, message, first.counted, run);
+  // Counted for the first time: it runs, even past maxAttempts (only a concurrent copy counting it
+  // too can put it there, and the claim lets one of the two run).
+  if (first.counted !== null) return attempt(options, store, message, Math.min(first.counted, options.maxAttempts), run);
   return runSuspect(options, store, lane, message, run);
 }
 
@@ -87,7 +89,7 @@ export function runSuspect(
  * - `counted`: a first-time redelivery, its attempt counted ahead; it runs with the batch's other
  *   messages (a death then charges each message in flight once, see above);
  * - `suspect`: it failed or died before; it runs alone, in the lane ({@link runSuspect});
- * - `outcome`: it does not run (its attempts are spent, or the database could not count it).
+ * - `outcome`: it does not run (the database could not count it).
  */
 export type RedeliveryStart = { kind: 'known' } | { kind: 'counted' } | { kind: 'suspect' } | { kind: 'outcome'; outcome: InboxOutcome };
 
@@ -109,18 +111,13 @@ export async function startRedeliveries(
     for (const message of messages) starts.set(message.id, { kind: 'outcome', outcome: notCounted(options, message, error) });
     return starts;
   }
-  const spentIds: string[] = [];
   for (const message of messages) {
     const start = counted.get(message.id);
     if (start === undefined || start.known) starts.set(message.id, { kind: 'known' });
     else if (start.counted === null) starts.set(message.id, { kind: 'suspect' });
-    else if (start.counted > options.maxAttempts) {
-      // Only when a concurrent copy counted it too: this attempt will not run (see attempt()).
-      spentIds.push(message.id);
-      starts.set(message.id, { kind: 'outcome', outcome: spent(options, message, start.counted - 1) });
-    } else starts.set(message.id, { kind: 'counted' });
+    // Counted for the first time: it runs, even past maxAttempts (see runRedelivered).
+    else starts.set(message.id, { kind: 'counted' });
   }
-  await store.uncountAttempts(options.db, spentIds);
   return starts;
 }
 
@@ -187,5 +184,6 @@ function spent(options: ResolvedOptions<AnyPgDatabase, unknown>, message: InboxM
 
 /** @internal True for the outcomes after which an attempt counted ahead is taken back: it ended without failing. */
 export function endedWithoutFailing(outcome: InboxOutcome): boolean {
-  return outcome.status === 'processed' || outcome.status === 'duplicate' || outcome.status === 'rejected';
+  // `conflict`: the id is known with another payload; nothing ran.
+  return outcome.status === 'processed' || outcome.status === 'duplicate' || outcome.status === 'rejected' || outcome.status === 'conflict';
 }

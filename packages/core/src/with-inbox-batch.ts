@@ -308,6 +308,11 @@ export function withInboxBatch<TDb extends AnyPgDatabase, TPayload = unknown>(
         outcomes[index] = prepared;
       } else if (leaders.has(prepared.message.id)) {
         copies.push({ index, prepared });
+        // One copy flagged redelivered makes the id one (it may have killed the process), whichever copy leads.
+        const leader = leaders.get(prepared.message.id)!;
+        if (prepared.message.redelivered === true && leader.prepared.message.redelivered !== true) {
+          leader.prepared = { ...leader.prepared, message: { ...leader.prepared.message, redelivered: true } };
+        }
       } else {
         leaders.set(prepared.message.id, { index, prepared });
       }
