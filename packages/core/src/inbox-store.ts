@@ -486,31 +486,30 @@ export class InboxStore {
 
   /**
    * Counts an attempt before it runs, in a statement of its own, unless the id is already in the
-   * inbox (then it is a duplicate and nothing runs), or, with `firstOnly`, unless the message has an
-   * attempts record already (it failed or died before). Says which, and the attempts counted now,
-   * this one included (`null` when nothing was counted). See `unfinished-attempts.ts`.
+   * inbox (then it is a duplicate and nothing runs). Says which, and the attempts counted now, this
+   * one included (`null` when nothing was counted). See `unfinished-attempts.ts`.
    */
-  async startAttempt(db: Executable, messageId: string, firstOnly: boolean): Promise<{ known: boolean; counted: number | null; recorded: boolean }> {
+  async startAttempt(db: Executable, messageId: string): Promise<{ known: boolean; counted: number | null }> {
     const attempts = sql.raw(qualifiedName(this.tables.inboxAttempts));
-    const [row] = await rowsOf<{ known: boolean; recorded: boolean; attempts: number | null }>(
+    const [row] = await rowsOf<{ known: boolean; attempts: number | null }>(
       db,
       sql`with known as (select 1 from ${this.inboxName} where consumer = ${this.consumer} and message_id = ${messageId}),
-        recorded as (select 1 from ${attempts} where consumer = ${this.consumer} and message_id = ${messageId}),
         counted as (
           insert into ${attempts} as a (consumer, message_id, attempts, last_error, last_error_code)
           select ${this.consumer}, ${messageId}, 1, ${UNFINISHED_TEXT}, ${UNFINISHED_CODE}
-          where not exists (select 1 from known) and not (${firstOnly}::boolean and exists (select 1 from recorded))
+          where not exists (select 1 from known)
           on conflict (consumer, message_id) do update set attempts = a.attempts + 1, last_attempt_at = now()
           returning attempts)
-        select exists (select 1 from known) as known, exists (select 1 from recorded) as recorded, (select attempts from counted) as attempts`,
+        select exists (select 1 from known) as known, (select attempts from counted) as attempts`,
     );
     const counted = row?.attempts === null || row?.attempts === undefined ? null : Number(row.attempts);
-    return { known: row?.known === true, counted, recorded: row?.recorded === true };
+    return { known: row?.known === true, counted };
   }
 
   /**
-   * {@link startAttempt} with `firstOnly` for many distinct ids in one statement: counts the attempt
-   * of each id that is neither in the inbox nor has an attempts record. Per id: `known` (in the
+   * Counts the first attempt of each of many distinct ids in one statement: each id that is neither
+   * in the inbox nor has an attempts record (a redelivery that failed or died before is counted
+   * later, by {@link startAttempt} at its turn). Per id: `known` (in the
    * inbox), and the attempts counted now (`null` when nothing was counted: known, or recorded).
    * Each id is one index probe (correlated subqueries, whatever the statistics say; see verify),
    * and the inserts go in id order, so two batches counting overlapping ids cannot deadlock.

@@ -281,7 +281,7 @@ describe.each(DRIVERS.filter((driver) => driver !== 'pglite'))('copies of one re
     const store = new InboxStore(resolved.tables, resolved.consumer);
     // Two copies in flight counted x: 2.
     await store.startFirstAttempts(resolved.db, ['x']);
-    await store.startAttempt(resolved.db, 'x', false);
+    await store.startAttempt(resolved.db, 'x');
     expect(await attempts()).toEqual([{ message_id: 'x', attempts: 2 }]);
     // An outside session holds the row so that both take-backs start before either ends.
     const holder = new pg.Client({ connectionString: databaseUrl() });

@@ -26,6 +26,9 @@ import { type AnyPgDatabase, type InboxMessage, type InboxOutcome, OutcomeReason
  * runs them in one transaction with the call's other messages; its suspects run alone, in the lane.
  */
 
+/** @internal Runs one attempt, `countedAhead` when its attempt was counted before it ran. */
+export type RunAttempt = (countedAhead: boolean) => Promise<InboxOutcome>;
+
 /**
  * @internal Runs a processor's suspect attempts one at a time (see above). A suspect handler that
  * never returns (no `handlerTimeoutMs`) holds the lane, and with it the processor's other suspects.
@@ -54,15 +57,19 @@ export async function runRedelivered(
   store: InboxStore,
   lane: AttemptLane,
   message: InboxMessage,
-  run: (countedAhead: boolean) => Promise<InboxOutcome>,
+  run: RunAttempt,
 ): Promise<InboxOutcome> {
-  const first = await startAttempt(options, store, message, true);
-  if ('outcome' in first) return first.outcome;
-  if (first.known) return run(false);
-  // Counted for the first time: it runs, even past maxAttempts (only a concurrent copy counting it
-  // too can put it there, and the claim lets one of the two run).
-  if (first.counted !== null) return attempt(options, store, message, Math.min(first.counted, options.maxAttempts), run);
-  return runSuspect(options, store, lane, message, run);
+  const start = (await startRedeliveries(options, store, [message])).get(message.id)!;
+  switch (start.kind) {
+    case 'outcome':
+      return start.outcome;
+    case 'known':
+      return run(false);
+    case 'counted':
+      return runCountedAhead(options, store, message, run);
+    case 'suspect':
+      return runSuspect(options, store, lane, message, run);
+  }
 }
 
 /**
@@ -74,10 +81,10 @@ export function runSuspect(
   store: InboxStore,
   lane: AttemptLane,
   message: InboxMessage,
-  run: (countedAhead: boolean) => Promise<InboxOutcome>,
+  run: RunAttempt,
 ): Promise<InboxOutcome> {
   return lane.run(async () => {
-    const turn = await startAttempt(options, store, message, false);
+    const turn = await startAttempt(options, store, message);
     if ('outcome' in turn) return turn.outcome;
     return turn.counted === null ? run(false) : attempt(options, store, message, turn.counted, run);
   });
@@ -115,25 +122,36 @@ export async function startRedeliveries(
     const start = counted.get(message.id);
     if (start === undefined || start.known) starts.set(message.id, { kind: 'known' });
     else if (start.counted === null) starts.set(message.id, { kind: 'suspect' });
-    // Counted for the first time: it runs, even past maxAttempts (see runRedelivered).
+    // Counted for the first time: it runs, even past maxAttempts (only a concurrent copy counting
+    // it too can put it there, and the claim lets one of the two run).
     else starts.set(message.id, { kind: 'counted' });
   }
   return starts;
 }
 
-/** The attempt itself, `counted` the attempts counted now (this one included). */
+/** A suspect's attempt at its turn, `counted` the attempts counted now (this one included). */
 async function attempt(
   options: ResolvedOptions<AnyPgDatabase, unknown>,
   store: InboxStore,
   message: InboxMessage,
   counted: number,
-  run: (countedAhead: boolean) => Promise<InboxOutcome>,
+  run: RunAttempt,
 ): Promise<InboxOutcome> {
   if (counted > options.maxAttempts) {
     // This attempt will not run: only the ones that started and never ended stay counted.
     await store.uncountAttempt(options.db, message.id);
     return spent(options, message, counted - 1);
   }
+  return runCountedAhead(options, store, message, run);
+}
+
+/** Runs an attempt counted ahead, and takes the count back when it ends without failing. */
+async function runCountedAhead(
+  options: ResolvedOptions<AnyPgDatabase, unknown>,
+  store: InboxStore,
+  message: InboxMessage,
+  run: RunAttempt,
+): Promise<InboxOutcome> {
   const outcome = await run(true);
   if (endedWithoutFailing(outcome)) await store.uncountAttempt(options.db, message.id);
   return outcome;
@@ -144,10 +162,9 @@ async function startAttempt(
   options: ResolvedOptions<AnyPgDatabase, unknown>,
   store: InboxStore,
   message: InboxMessage,
-  firstOnly: boolean,
-): Promise<{ known: boolean; counted: number | null; recorded: boolean } | { outcome: InboxOutcome }> {
+): Promise<{ known: boolean; counted: number | null } | { outcome: InboxOutcome }> {
   try {
-    return await store.startAttempt(options.db, message.id, firstOnly);
+    return await store.startAttempt(options.db, message.id);
   } catch (error) {
     return { outcome: notCounted(options, message, error) };
   }
