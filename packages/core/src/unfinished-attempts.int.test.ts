@@ -300,6 +300,98 @@ describe.each(DRIVERS.filter((driver) => driver !== 'pglite'))('copies of one re
     expect(await attempts()).toEqual([]);
   });
 
+  /** A processor whose handler holds its transaction (claim taken, not committed) until released, then writes or throws. */
+  const heldCopy = (outcome: 'write' | 'throw') => {
+    let release!: () => void;
+    const held = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    let entered!: () => void;
+    const inside = new Promise<void>((resolve) => {
+      entered = resolve;
+    });
+    const process = withInbox(
+      async (message: InboxMessage, tx: any) => {
+        entered();
+        await held;
+        if (outcome === 'throw') throw new Error('the first copy fails');
+        await tx.insert(database.t.effects).values({ messageId: message.id });
+      },
+      database.options({ maxAttempts: 1 }),
+    );
+    return { process, inside, release };
+  };
+
+  it('with maxAttempts 1, a redelivered copy beside one that processes the message waits for it and is a duplicate, not a dead-letter', async () => {
+    const first = heldCopy('write');
+    const one = first.process({ id: 'x', payload: 1, redelivered: true });
+    await first.inside;
+    // The first copy's count ahead (1) makes this one a suspect, counted to 2 > maxAttempts at its turn.
+    const single = withInbox(async () => {}, database.options({ maxAttempts: 1 }));
+    const batch = withInboxBatch(async () => {}, database.options({ maxAttempts: 1 }));
+    const two = single({ id: 'x', payload: 1, redelivered: true });
+    const three = batch([
+      { id: 'x', payload: 1, redelivered: true },
+      { id: 'y', payload: 1, redelivered: true },
+    ]);
+    await waitingOn('insert into', 2);
+    first.release();
+    const [a, b, c] = await Promise.all([one, two, three]);
+    expect(a.status).toBe('processed');
+    // Before, both were dead-lettered (max-attempts-exceeded) while the first copy committed the effect.
+    expect(b.status).toBe('duplicate');
+    expect(c.map((o) => o.status)).toEqual(['duplicate', 'processed']);
+    expect(await database.t.countEffects('x')).toBe(1);
+    expect(await attempts()).toEqual([]);
+  });
+
+  it('with maxAttempts 1, a redelivered copy beside one that fails is dead-lettered once that copy rolled back', async () => {
+    const first = heldCopy('throw');
+    const one = first.process({ id: 'x', payload: 1, redelivered: true });
+    await first.inside;
+    const ran: string[] = [];
+    const second = withInbox(
+      async (message: InboxMessage) => {
+        ran.push(message.id);
+      },
+      database.options({ maxAttempts: 1 }),
+    );
+    const two = second({ id: 'x', payload: 1, redelivered: true });
+    await waitingOn('insert into', 1);
+    first.release();
+    const [a, b] = await Promise.all([one, two]);
+    expect([a.status, a.reason]).toEqual(['dead-letter', 'max-attempts-exceeded']);
+    expect([b.status, b.reason]).toEqual(['dead-letter', 'max-attempts-exceeded']);
+    expect(ran).toEqual([]);
+    expect(await database.t.countEffects('x')).toBe(0);
+    // The failed attempt stays counted; the second copy's, which never ran, was taken back.
+    expect(await attempts()).toEqual([{ message_id: 'x', attempts: 1 }]);
+  });
+
+  it('a spent redelivery whose id is claimed past lockTimeoutMs is retried as in-progress, not dead-lettered, its count taken back', async () => {
+    const { databaseUrl } = await import('@inboxed/test-support');
+    const { default: pg } = await import('pg');
+    await database.t.query(
+      `insert into "${database.t.schema}".inbox_attempts (consumer, message_id, attempts, last_error_code) values ('c', 'held', 1, 'ATTEMPT_UNFINISHED')`,
+    );
+    const holder = new pg.Client({ connectionString: databaseUrl() });
+    await holder.connect();
+    try {
+      await holder.query('begin');
+      await holder.query(`insert into "${database.t.schema}".inbox (consumer, message_id, status) values ('c', 'held', 'processed')`);
+      const process = withInbox(async () => {}, database.options({ maxAttempts: 1, lockTimeoutMs: 200 }));
+      expect(await process({ id: 'held', payload: 1, redelivered: true })).toMatchObject({
+        status: 'retry',
+        reason: 'in-progress',
+        error: { code: InboxErrorCodes.LOCK_TIMEOUT },
+      });
+      expect(await attempts()).toEqual([{ message_id: 'held', attempts: 1 }]);
+    } finally {
+      await holder.query('rollback');
+      await holder.end();
+    }
+  });
+
   it('a redelivery counted ahead that finds its id committed with another payload (conflict) leaves no count', async () => {
     let release!: () => void;
     const held = new Promise<void>((resolve) => {

@@ -1,8 +1,9 @@
 import { classifyDatabaseError } from './database-errors.js';
 import { InboxError, InboxErrorCodes } from './errors.js';
-import { infrastructureRetry } from './failure.js';
+import { infrastructureRetry, outcomeOfFailure } from './failure.js';
 import type { InboxStore } from './inbox-store.js';
 import type { ResolvedOptions } from './options.js';
+import { claimFailure } from './transaction-failures.js';
 import { type AnyPgDatabase, type InboxMessage, type InboxOutcome, OutcomeReasons } from './types.js';
 
 /*
@@ -137,12 +138,36 @@ async function attempt(
   counted: number,
   run: RunAttempt,
 ): Promise<InboxOutcome> {
-  if (counted > options.maxAttempts) {
-    // This attempt will not run: only the ones that started and never ended stay counted.
-    await store.uncountAttempt(options.db, message.id);
-    return spent(options, message, counted - 1);
-  }
+  if (counted > options.maxAttempts) return spentUnlessClaimed(options, store, message, counted - 1, run);
   return runCountedAhead(options, store, message, run);
+}
+
+/**
+ * A suspect whose attempts are spent, unless another copy has the id. A copy in flight counts its
+ * attempt too, ahead, so it can spend this copy's budget while it processes the message (with
+ * `maxAttempts: 1`, any copy redelivered beside another). Dead-lettering this copy then would put a
+ * message into the dead-letter target that the other copy commits. So this copy first waits for a
+ * claim held on the id, as a claim would: committed, it is a duplicate (or a conflict), judged as
+ * usual; rolled back or none, the attempts are spent. Either way this attempt does not run, so its
+ * count is taken back. Left open: a copy that counted but has not yet sent its claim (the
+ * milliseconds between its two statements) is not waited for.
+ */
+async function spentUnlessClaimed(
+  options: ResolvedOptions<AnyPgDatabase, unknown>,
+  store: InboxStore,
+  message: InboxMessage,
+  finished: number,
+  run: RunAttempt,
+): Promise<InboxOutcome> {
+  let known: boolean;
+  try {
+    known = await store.inInboxOnceClaimsSettle(options.db, message.id, options.lockTimeoutMs);
+  } catch (error) {
+    // Busy past lockTimeoutMs, or the database away: retried, not counted, like a claim that failed so.
+    return outcomeOfFailure(options, store, message, claimFailure(error), true);
+  }
+  await store.uncountAttempt(options.db, message.id);
+  return known ? run(false) : spent(options, message, finished);
 }
 
 /** Runs an attempt counted ahead, and takes the count back when it ends without failing. */
