@@ -300,8 +300,8 @@ describe.each(DRIVERS.filter((driver) => driver !== 'pglite'))('copies of one re
     expect(await attempts()).toEqual([]);
   });
 
-  /** A processor whose handler holds its transaction (claim taken, not committed) until released, then writes or throws. */
-  const heldCopy = (outcome: 'write' | 'throw') => {
+  /** A handler's hold: `inside` resolves once it entered (`entered()`), `held` once the test calls `release()`. */
+  const gate = () => {
     let release!: () => void;
     const held = new Promise<void>((resolve) => {
       release = resolve;
@@ -310,6 +310,12 @@ describe.each(DRIVERS.filter((driver) => driver !== 'pglite'))('copies of one re
     const inside = new Promise<void>((resolve) => {
       entered = resolve;
     });
+    return { held, release, inside, entered };
+  };
+
+  /** A processor whose handler holds its transaction (claim taken, not committed) until released, then writes or throws. */
+  const heldCopy = (outcome: 'write' | 'throw') => {
+    const { held, release, inside, entered } = gate();
     const process = withInbox(
       async (message: InboxMessage, tx: any) => {
         entered();
@@ -393,14 +399,7 @@ describe.each(DRIVERS.filter((driver) => driver !== 'pglite'))('copies of one re
   });
 
   it('a redelivery counted ahead that finds its id committed with another payload (conflict) leaves no count', async () => {
-    let release!: () => void;
-    const held = new Promise<void>((resolve) => {
-      release = resolve;
-    });
-    let entered!: () => void;
-    const inside = new Promise<void>((resolve) => {
-      entered = resolve;
-    });
+    const { held, release, inside, entered } = gate();
     const write = async (messages: InboxMessage[], tx: any) => {
       await tx.insert(database.t.effects).values(messages.map((m) => ({ messageId: m.id })));
     };
