@@ -21,6 +21,11 @@ export const InboxErrorCodes = {
   /** The handler ran longer than `handlerTimeoutMs`; its transaction was rolled back. Counted. */
   HANDLER_TIMEOUT: 'HANDLER_TIMEOUT',
   /**
+   * The handler failed after the consumer began to stop (its `signal` fired): typically it honoured
+   * the signal. Its transaction was rolled back; retried, not counted (a deploy is not the message's fault).
+   */
+  CONSUMER_STOPPING: 'CONSUMER_STOPPING',
+  /**
    * A statement in the handler failed and the handler carried on (caught the error) and returned:
    * PostgreSQL had already aborted the transaction, so nothing of it, not even the inbox row, commits.
    * Counted as a failed attempt.

@@ -98,6 +98,8 @@ export async function outcomeOfFailure(
       return retry(InboxErrorCodes.DATABASE_UNAVAILABLE, OutcomeReasons.DATABASE_UNAVAILABLE, 'database unavailable');
     case 'busy':
       return retry(InboxErrorCodes.LOCK_TIMEOUT, OutcomeReasons.IN_PROGRESS, 'another copy of this message is still being processed');
+    case 'stopping':
+      return retry(InboxErrorCodes.CONSUMER_STOPPING, OutcomeReasons.CONSUMER_STOPPING, 'retried, not counted');
     case 'table-missing':
       return retry(
         InboxErrorCodes.INBOX_TABLE_MISSING,

@@ -1,3 +1,4 @@
+import { describeError } from './error-text.js';
 import { InboxError, InboxErrorCodes } from './errors.js';
 import { recordHandler } from './telemetry/instruments.js';
 
@@ -8,6 +9,25 @@ export function handlerTimeoutError(timeoutMs: number, cause?: unknown): InboxEr
     `the handler ran longer than handlerTimeoutMs (${timeoutMs} ms); its transaction was rolled back`,
     cause === undefined ? { details: { timeoutMs } } : { cause, details: { timeoutMs } },
   );
+}
+
+/** @internal What a handler threw after the consumer began to stop; see {@link failedWhileStopping}. */
+export class FailedWhileStopping extends InboxError {}
+
+/**
+ * @internal What to make of `error`, thrown by a handler whose consumer's `stop` signal may have
+ * fired meanwhile. Once it fired, the handler's own `signal` fired too, and a handler that honours it
+ * (`fetch(url, { signal })`) fails: that is the deploy's doing, not the message's, and counting it
+ * would dead-letter a slow message after `maxAttempts` restarts. So any failure after the stop
+ * becomes {@link FailedWhileStopping}: retried, not counted. (A message that really fails is
+ * counted at its next attempt.) A timeout stays counted: a handler that ignores both signals is
+ * still bounded by `handlerTimeoutMs`.
+ */
+export function failedWhileStopping(error: unknown, stop: AbortSignal | undefined): unknown {
+  if (stop?.aborted !== true || (error instanceof InboxError && error.code === InboxErrorCodes.HANDLER_TIMEOUT)) return error;
+  return new FailedWhileStopping(InboxErrorCodes.CONSUMER_STOPPING, `the handler failed after the consumer began to stop: ${describeError(error)}`, {
+    cause: error,
+  });
 }
 
 /**

@@ -66,6 +66,80 @@ describe.each(DRIVERS)('handlerTimeoutMs on %s', (driver) => {
     expect(seen).toEqual([false, true]);
   });
 
+  /** A handler that writes, then waits for its signal and fails with its reason, as `fetch(url, { signal })` would. */
+  const honoursItsSignal = async (message: InboxMessage, tx: any, { signal }: { signal: AbortSignal }) => {
+    await tx.insert(t.effects).values({ messageId: message.id });
+    await sleep(10_000, undefined, { signal });
+  };
+
+  for (const handlerTimeoutMs of [null, 5_000]) {
+    it(`a handler that fails on the consumer's stop is retried, not counted, and nothing it wrote commits (handlerTimeoutMs ${handlerTimeoutMs})`, async () => {
+      const process = withInbox(honoursItsSignal, database.options({ handlerTimeoutMs, maxAttempts: 1 }));
+      for (const redelivered of [false, true]) {
+        const stop = new AbortController();
+        const outcome = process({ id: `m-${redelivered}`, payload: {}, redelivered }, { signal: stop.signal });
+        await sleep(100);
+        stop.abort();
+        // With maxAttempts 1 a counted failure would be a dead-letter: a deploy would cost the message.
+        expect(await outcome).toMatchObject({ status: 'retry', reason: 'consumer-stopping', error: { code: InboxErrorCodes.CONSUMER_STOPPING } });
+      }
+      expect(await attempts()).toEqual([]); // the redelivery's count ahead was taken back
+      expect(await t.countEffects()).toBe(0);
+      expect(await t.query(`select * from "${t.schema}".inbox`)).toEqual([]);
+      // After the restart the redelivery runs with its budget whole.
+      const restarted = withInbox(
+        async (message: InboxMessage, tx: any) => {
+          await tx.insert(t.effects).values({ messageId: message.id });
+        },
+        database.options({ maxAttempts: 1 }),
+      );
+      expect(await restarted({ id: 'm-true', payload: {}, redelivered: true })).toMatchObject({ status: 'processed' });
+      expect(await t.countEffects()).toBe(1);
+    });
+  }
+
+  it("a batch whose handler fails on the consumer's stop is retried whole, not counted and not split", async () => {
+    const calls: string[][] = [];
+    const process = withInboxBatch(
+      async (messages: InboxMessage[], tx: any, { signal }) => {
+        calls.push(messages.map((m) => m.id));
+        await tx.insert(t.effects).values(messages.map((m) => ({ messageId: m.id })));
+        await sleep(10_000, undefined, { signal });
+      },
+      database.options({ handlerTimeoutMs: 5_000 }),
+    );
+    const stop = new AbortController();
+    const outcomes = process(
+      ['a', 'b', 'c'].map((id) => ({ id, payload: {} })),
+      { signal: stop.signal },
+    );
+    await sleep(100);
+    stop.abort();
+    expect((await outcomes).map((o) => [o.status, o.reason])).toEqual([
+      ['retry', 'consumer-stopping'],
+      ['retry', 'consumer-stopping'],
+      ['retry', 'consumer-stopping'],
+    ]);
+    expect(calls).toEqual([['a', 'b', 'c']]);
+    expect(await attempts()).toEqual([]);
+    expect(await t.countEffects()).toBe(0);
+  });
+
+  it('a handler that ignores the stop and runs past handlerTimeoutMs is still a counted HANDLER_TIMEOUT', async () => {
+    const process = withInbox(
+      async () => {
+        await sleep(400);
+      },
+      database.options({ handlerTimeoutMs: 150 }),
+    );
+    const stop = new AbortController();
+    const outcome = process({ id: 'slow', payload: {} }, { signal: stop.signal });
+    await sleep(50);
+    stop.abort();
+    expect(await outcome).toMatchObject({ status: 'retry', error: { code: InboxErrorCodes.HANDLER_TIMEOUT } });
+    expect(await attempts()).toEqual([{ attempts: 1, last_error_code: InboxErrorCodes.HANDLER_TIMEOUT }]);
+  });
+
   it('withInboxBatch: a batch handler past the deadline is counted for its messages, split down to singles', async () => {
     const process = withInboxBatch(
       async (messages: InboxMessage[], _tx: any, { signal }) => {

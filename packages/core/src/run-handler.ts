@@ -1,4 +1,4 @@
-import { runWithDeadline } from './handler-deadline.js';
+import { failedWhileStopping, runWithDeadline } from './handler-deadline.js';
 import { watchSavepoints } from './savepoint-watch.js';
 import type { HandlerScope } from './transaction.js';
 import type { AnyPgDatabase, TransactionOf } from './types.js';
@@ -29,7 +29,7 @@ export async function runHandler<TDb extends AnyPgDatabase, R>(
   // A COMMIT or ROLLBACK the handler tried fails the attempt, whatever the handler made of the refusal.
   const refusal = scope.refusal();
   if (refusal !== undefined) throw refusal;
-  if ('error' in returned) throw returned.error;
+  if ('error' in returned) throw failedWhileStopping(returned.error, signal);
   savepoints.check();
   return returned.value;
 }

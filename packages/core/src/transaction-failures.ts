@@ -1,6 +1,7 @@
 import { classifyDatabaseError, isConnectionFailure, isIdleInTransactionTimeout, isInFailedTransaction } from './database-errors.js';
 import { describeError } from './error-text.js';
 import { InboxErrorCodes, isInboxError } from './errors.js';
+import { FailedWhileStopping } from './handler-deadline.js';
 import { CLAIM_LOST_MARKER, ClaimRaceError, InboxStatementError } from './inbox-store.js';
 
 /**
@@ -20,6 +21,8 @@ export type TransactionFailure =
   | { kind: 'inbox-query'; error: unknown }
   /** Serialization failures or deadlocks outlasted the transparent re-runs; `counted` when the handler's own statements kept hitting them. */
   | { kind: 'conflict'; error: unknown; counted: boolean }
+  /** The handler failed after the consumer began to stop (see `failedWhileStopping`). Not counted. */
+  | { kind: 'stopping'; error: unknown }
   /** The handler threw, or COMMIT refused the handler's writes. Counted. */
   | { kind: 'handler'; error: unknown }
   /** A handler statement failed and the handler carried on: PostgreSQL aborted the transaction. Counted. */
@@ -86,6 +89,7 @@ function classifyBodyFailure(error: unknown, connectionProblem: unknown): Transa
   }
   // A timed-out handler is counted whatever happened to its connection (it may have been cut on purpose).
   if (isInboxError(error) && error.code === InboxErrorCodes.HANDLER_TIMEOUT) return { kind: 'handler', error };
+  if (error instanceof FailedWhileStopping) return { kind: 'stopping', error };
   if (connectionProblem !== undefined) return brokenConnectionFailure(error, connectionProblem);
   if (classifyDatabaseError(error) === 'transient-conflict') return { kind: 'conflict', error, counted: true };
   return { kind: 'handler', error };

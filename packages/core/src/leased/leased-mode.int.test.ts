@@ -272,6 +272,28 @@ describe.each(DRIVERS)('leased mode on %s', (driver) => {
     expect(tokens).toEqual([1, 2]);
   });
 
+  it("a handler that fails on the consumer's stop gives its claim back uncounted: the next delivery claims it at once, its budget whole", async () => {
+    const tokens: number[] = [];
+    let fail = true;
+    const process = withInbox(
+      async (_m: InboxMessage, context) => {
+        tokens.push(context.fencingToken);
+        if (fail) await sleep(10_000, undefined, { signal: context.signal });
+      },
+      leased({ maxAttempts: 1 }),
+    );
+    const stop = new AbortController();
+    const stopped = process({ id: 'm6', payload: {} }, { signal: stop.signal });
+    await sleep(100);
+    stop.abort();
+    expect(await stopped).toMatchObject({ status: 'retry', reason: 'consumer-stopping', error: { code: InboxErrorCodes.CONSUMER_STOPPING } });
+    expect(await attempts('m6')).toBeUndefined();
+    expect(await row('m6')).toMatchObject({ status: 'processing', leased: false, fencing_token: 1 });
+    fail = false;
+    expect(await process({ id: 'm6', payload: {} })).toMatchObject({ status: 'processed', fencingToken: 2, takeover: false });
+    expect(tokens).toEqual([1, 2]);
+  });
+
   it('an operator release revokes a live claim: the holder cannot renew it back, its completion is fenced off, the next delivery claims it with no attempt counted', async () => {
     const entered = gate();
     const released = gate();

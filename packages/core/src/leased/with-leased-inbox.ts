@@ -2,7 +2,7 @@ import { checkInboxTables } from '../check-tables.js';
 import { recordDeadLetter as recordDeadLetterRow } from '../dead-letters.js';
 import { InboxError, InboxErrorCodes } from '../errors.js';
 import { inboxStatementFailure, infrastructureRetry, internalFailure, outcomeOfFailure } from '../failure.js';
-import { runWithDeadline } from '../handler-deadline.js';
+import { failedWhileStopping, runWithDeadline } from '../handler-deadline.js';
 import { InboxStatementError, InboxStore } from '../inbox-store.js';
 import { resolveLeaseMs, resolveOptions, type LeasedInboxOptions, type ResolvedOptions } from '../options.js';
 import { boundedBusyDelay, isOutcome, outcomeOfExisting, prepareMessage } from '../prepare.js';
@@ -182,7 +182,7 @@ export function withLeasedInbox<TDb extends AnyPgDatabase, TPayload>(
         // inspected fails it (counted, claim released) like a throw inside the handler.
         completion = completionOf(returned);
       } catch (error) {
-        return { ...(await failed(message, lease, bodyFailure(error))), ...leased };
+        return { ...(await failed(message, lease, bodyFailure(failedWhileStopping(error, processOptions?.signal)))), ...leased };
       } finally {
         open = false;
       }
