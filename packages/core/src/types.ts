@@ -238,7 +238,11 @@ export interface HandlerContext {
 
 /** What a broker adapter passes with a delivery. */
 export interface ProcessOptions {
-  /** Fires when the consumer stops; handed to the handler through `context.signal`. */
+  /**
+   * Fires when the consumer stops; handed to the handler through `context.signal`. A handler that
+   * fails once it fired is retried without counting an attempt (`CONSUMER_STOPPING`), so pass only a
+   * signal that means "stopping", never a deadline of your own (that is `handlerTimeoutMs`).
+   */
   signal?: AbortSignal;
   /**
    * Batch processors only: awaited between the transactions of one call when it takes several (a
