@@ -101,9 +101,6 @@ export const CLAIM_LOST_MARKER = 'inboxed:claim-lost';
 type Queryable = Pick<AnyPgDatabase, 'insert' | 'select' | 'update'>;
 type Executable = Pick<AnyPgDatabase, 'execute'>;
 
-/** Thrown to roll back {@link InboxStore.inInboxOnceClaimsSettle}'s transaction; never leaves it. */
-const PROBE_ROLLED_BACK = Symbol('inboxed: probe rolled back');
-
 /**
  * Sent right before the completion check when it reads rows by tuple id: `SET LOCAL enable_seqscan =
  * off`, as a function call. PostgreSQL costs a TID scan as one random page read per row, so up to
@@ -507,27 +504,6 @@ export class InboxStore {
     );
     const counted = row?.attempts === null || row?.attempts === undefined ? null : Number(row.attempts);
     return { known: row?.known === true, counted };
-  }
-
-  /**
-   * Whether `messageId` is in the inbox, after waiting for a copy that holds its claim uncommitted:
-   * the claim itself, in a transaction rolled back whatever it found, so nothing is written. A read
-   * would not wait: it does not see an uncommitted claim. `lockTimeoutMs` bounds the wait as it
-   * bounds a claim's (then it throws 55P03, like a busy claim). Rejects when the database cannot answer.
-   */
-  async inInboxOnceClaimsSettle(db: AnyPgDatabase, messageId: string, lockTimeoutMs: number | null): Promise<boolean> {
-    await this.pinSchema(db);
-    let known: boolean | undefined;
-    try {
-      await db.transaction(async (tx) => {
-        const claimed = await this.claim(tx, [{ messageId, fingerprint: null, source: undefined, receivedAt: undefined }], lockTimeoutMs);
-        known = !claimed.ids.has(messageId);
-        throw PROBE_ROLLED_BACK;
-      });
-    } catch (error) {
-      if (error !== PROBE_ROLLED_BACK) throw error;
-    }
-    return known!;
   }
 
   /**

@@ -31,7 +31,15 @@ export interface TransactionPlan<TDb extends AnyPgDatabase, T> {
    * it settles.
    */
   body: (tx: TransactionOf<TDb>, claimed: Set<string>, handler: HandlerScope<TDb>) => Promise<T>;
+  /**
+   * `probe`: a claim made only to wait for a copy that holds it; the body throws
+   * {@link RollbackOnPurpose}, so it never commits (telemetry says `probe`, `rolled-back`).
+   */
+  operation?: 'probe';
 }
+
+/** @internal Thrown by a probe's body to roll its transaction back once the claim answered. */
+export class RollbackOnPurpose extends Error {}
 
 /**
  * @internal The handler's side of an inbox transaction: the same transaction, through a client that
@@ -92,7 +100,7 @@ export async function runInboxTransaction<TDb extends AnyPgDatabase, T>(
   plan: TransactionPlan<TDb, T>,
 ): Promise<TransactionResult<T>> {
   // `complete`: leased mode's fenced completion (its claim committed earlier); `process`: claim, handler, commit.
-  const operation = plan.rows.length === 0 && plan.verifyIds !== undefined ? 'complete' : 'process';
+  const operation = plan.operation ?? (plan.rows.length === 0 && plan.verifyIds !== undefined ? 'complete' : 'process');
   const ids = plan.rows.length > 0 ? plan.rows.map((row) => row.messageId) : (plan.verifyIds ?? []);
   const span = startInternalSpan(
     'inboxed transaction',
@@ -123,11 +131,14 @@ export async function runInboxTransaction<TDb extends AnyPgDatabase, T>(
     result = span === undefined ? await attempt() : await span.run(attempt);
     return result;
   } finally {
-    const ended = result === undefined ? 'error' : result.ok ? 'committed' : result.failure.kind;
+    const ended =
+      result === undefined ? 'error' : result.ok ? 'committed' : result.failure.error instanceof RollbackOnPurpose ? 'rolled-back' : result.failure.kind;
     recordTransaction(options.consumer, operation, (performance.now() - started) / 1000, ended, conflicts);
     span?.end(
       { [Attr.TRANSACTION_RESULT]: ended, [Attr.TRANSACTION_RUNS]: runs },
-      result?.ok === true ? undefined : { type: ended, message: result === undefined ? 'the transaction threw' : describeError(result.failure.error) },
+      result?.ok === true || ended === 'rolled-back'
+        ? undefined
+        : { type: ended, message: result === undefined ? 'the transaction threw' : describeError(result.failure.error) },
     );
   }
 }

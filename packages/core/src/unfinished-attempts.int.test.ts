@@ -254,6 +254,45 @@ describe('a redelivery that finds its copy busy (node-postgres)', () => {
   });
 });
 
+describe('a spent redelivery whose wait for a claim loses its connection (node-postgres)', () => {
+  const database = useMigratedDatabase('node-postgres');
+
+  it('is an uncounted outage retry, and the process sees no unhandled connection error', async () => {
+    const { t } = database;
+    const { databaseUrl } = await import('@inboxed/test-support');
+    const { default: pg } = await import('pg');
+    const uncaught: unknown[] = [];
+    const onUncaught = (error: unknown) => uncaught.push(error);
+    process.on('uncaughtException', onUncaught);
+    await t.query(`insert into "${t.schema}".inbox_attempts (consumer, message_id, attempts, last_error_code) values ('c', 'held', 1, 'ATTEMPT_UNFINISHED')`);
+    const holder = new pg.Client({ connectionString: databaseUrl() });
+    await holder.connect();
+    try {
+      await holder.query('begin');
+      await holder.query(`insert into "${t.schema}".inbox (consumer, message_id, status) values ('c', 'held', 'processed')`);
+      const run = withInbox(async () => {}, database.options({ maxAttempts: 1, lockTimeoutMs: null }));
+      const outcome = run({ id: 'held', payload: 1, redelivered: true });
+      let waiting: { pid: number }[] = [];
+      for (let i = 0; i < 300 && waiting.length === 0; i++) {
+        await new Promise((resolve) => setTimeout(resolve, 10));
+        waiting = await t.query<{ pid: number }>(
+          `select pid from pg_stat_activity where wait_event_type = 'Lock' and position('insert into' in query) > 0 and pid <> pg_backend_pid()`,
+        );
+      }
+      await t.query(`select pg_terminate_backend(${waiting[0]!.pid})`);
+      // Drizzle's own transaction left the checked-out client without an 'error' listener: Node crashed.
+      expect(await outcome).toMatchObject({ status: 'retry', reason: 'database-unavailable' });
+      await new Promise((resolve) => setTimeout(resolve, 100));
+      expect(uncaught).toEqual([]);
+      expect(await t.query(`select attempts from "${t.schema}".inbox_attempts`)).toEqual([{ attempts: 1 }]);
+    } finally {
+      process.off('uncaughtException', onUncaught);
+      await holder.query('rollback');
+      await holder.end();
+    }
+  });
+});
+
 describe.each(DRIVERS.filter((driver) => driver !== 'pglite'))('copies of one redelivered id settling at once on %s', (driver) => {
   const database = useMigratedDatabase(driver);
   const attempts = () =>

@@ -3,7 +3,8 @@ import { InboxError, InboxErrorCodes } from './errors.js';
 import { infrastructureRetry, outcomeOfFailure } from './failure.js';
 import type { InboxStore } from './inbox-store.js';
 import type { ResolvedOptions } from './options.js';
-import { claimFailure } from './transaction-failures.js';
+import { RollbackOnPurpose, runInboxTransaction } from './transaction.js';
+import type { TransactionFailure } from './transaction-failures.js';
 import { type AnyPgDatabase, type InboxMessage, type InboxOutcome, OutcomeReasons } from './types.js';
 
 /*
@@ -149,8 +150,11 @@ async function attempt(
  * message into the dead-letter target that the other copy commits. So this copy first waits for a
  * claim held on the id, as a claim would: committed, it is a duplicate (or a conflict), judged as
  * usual; rolled back or none, the attempts are spent. Either way this attempt does not run, so its
- * count is taken back. Left open: a copy that counted but has not yet sent its claim (the
- * milliseconds between its two statements) is not waited for.
+ * count is taken back. Left open: a copy that counted but has not sent its claim yet is not waited
+ * for. That gap is short for `withInbox` (unless its transaction waits for a pool connection), but a
+ * batch call counts its first-time redeliveries when it starts and claims each after the suspects
+ * ahead of it ran, so there it lasts as long as they do. A spent copy arriving then is still
+ * dead-lettered beside a copy that commits (nothing is lost or applied twice).
  */
 async function spentUnlessClaimed(
   options: ResolvedOptions<AnyPgDatabase, unknown>,
@@ -159,15 +163,36 @@ async function spentUnlessClaimed(
   finished: number,
   run: RunAttempt,
 ): Promise<InboxOutcome> {
-  let known: boolean;
-  try {
-    known = await store.inInboxOnceClaimsSettle(options.db, message.id, options.lockTimeoutMs);
-  } catch (error) {
-    // Busy past lockTimeoutMs, or the database away: retried, not counted, like a claim that failed so.
-    return outcomeOfFailure(options, store, message, claimFailure(error), true);
-  }
+  const probe = await claimOnceSettled(options, store, message);
+  // Busy past lockTimeoutMs, or the database away: retried, not counted, like a claim that failed so.
+  if ('failure' in probe) return outcomeOfFailure(options, store, message, probe.failure, true);
   await store.uncountAttempt(options.db, message.id);
-  return known ? run(false) : spent(options, message, finished);
+  return probe.known ? run(false) : spent(options, message, finished);
+}
+
+/**
+ * Whether the id is in the inbox, after waiting for a copy that holds its claim uncommitted: the
+ * claim itself (a read would not wait: it does not see an uncommitted claim), in an inbox
+ * transaction the body rolls back whatever it found, so nothing is written. It goes through the
+ * driver's own transaction path, which handles a connection that drops while it waits.
+ */
+async function claimOnceSettled(
+  options: ResolvedOptions<AnyPgDatabase, unknown>,
+  store: InboxStore,
+  message: InboxMessage,
+): Promise<{ known: boolean } | { failure: TransactionFailure }> {
+  let known = false;
+  const result = await runInboxTransaction(options, store, {
+    rows: [{ messageId: message.id, fingerprint: null, source: message.source, receivedAt: message.receivedAt }],
+    lockTimeoutMs: options.lockTimeoutMs,
+    operation: 'probe',
+    body: async (_tx, claimed) => {
+      known = !claimed.has(message.id);
+      throw new RollbackOnPurpose('the probe rolls back whatever it found');
+    },
+  });
+  if (result.ok) throw new Error('a probe committed'); // its body always throws
+  return result.failure.error instanceof RollbackOnPurpose ? { known } : { failure: result.failure };
 }
 
 /** Runs an attempt counted ahead, and takes the count back when it ends without failing. */

@@ -156,6 +156,18 @@ describe('OpenTelemetry metrics and spans', () => {
     expect(await sum('messaging.process.duration', { 'messaging.batch.message_count': 3 })).toBe(1);
   });
 
+  it("a spent redelivery's wait for another copy's claim is a `probe` transaction that ends `rolled-back`, not an error", async () => {
+    const { t } = database;
+    await t.query(`insert into "${t.schema}".inbox_attempts (consumer, message_id, attempts, last_error_code) values ('c', 'spent', 1, 'ATTEMPT_UNFINISHED')`);
+    const process = withInbox(async () => {}, database.options({ maxAttempts: 1 }));
+    expect(await process({ id: 'spent', payload: {}, redelivered: true })).toMatchObject({ status: 'dead-letter', reason: 'max-attempts-exceeded' });
+    expect(await sum('inboxed.transaction.duration', { 'inboxed.transaction.operation': 'probe', 'inboxed.transaction.result': 'rolled-back' })).toBe(1);
+    expect(await sum('inboxed.transaction.duration')).toBe(1);
+    const [span] = spansNamed('inboxed transaction');
+    expect(span?.attributes).toMatchObject({ 'inboxed.transaction.operation': 'probe', 'inboxed.transaction.result': 'rolled-back' });
+    expect(span?.status.code).not.toBe(2); // SpanStatusCode.ERROR
+  });
+
   it('recordRetentionRun: deleted rows and the oldest age in seconds', async () => {
     recordRetentionRun({ deleted: 7, oldestAgeMs: 90_000, consumer: 'c' });
     recordRetentionRun({ deleted: 2 });
