@@ -15,16 +15,16 @@ export function handlerTimeoutError(timeoutMs: number, cause?: unknown): InboxEr
 export class FailedWhileStopping extends InboxError {}
 
 /**
- * @internal What to make of `error`, thrown by a handler whose consumer's `stop` signal may have
- * fired meanwhile. Once it fired, the handler's own `signal` fired too, and a handler that honours it
+ * @internal What to make of `error`, thrown by a handler; `stopped` when the consumer's stop signal
+ * had fired by the time it failed. Once it fired, the handler's own `signal` fired too, and a handler that honours it
  * (`fetch(url, { signal })`) fails: that is the deploy's doing, not the message's, and counting it
  * would dead-letter a slow message after `maxAttempts` restarts. So any failure after the stop
  * becomes {@link FailedWhileStopping}: retried, not counted. (A message that really fails is
  * counted at its next attempt.) A timeout stays counted: a handler that ignores both signals is
  * still bounded by `handlerTimeoutMs`.
  */
-export function failedWhileStopping(error: unknown, stop: AbortSignal | undefined): unknown {
-  if (stop?.aborted !== true || (error instanceof InboxError && error.code === InboxErrorCodes.HANDLER_TIMEOUT)) return error;
+export function failedWhileStopping(error: unknown, stopped: boolean): unknown {
+  if (!stopped || (error instanceof InboxError && error.code === InboxErrorCodes.HANDLER_TIMEOUT)) return error;
   return new FailedWhileStopping(InboxErrorCodes.CONSUMER_STOPPING, `the handler failed after the consumer began to stop: ${describeError(error)}`, {
     cause: error,
   });

@@ -98,6 +98,16 @@ describe.each(DRIVERS)('handlerTimeoutMs on %s', (driver) => {
     });
   }
 
+  it('a handler that failed before the stop is counted, though the stop comes while its transaction ends', async () => {
+    const stop = new AbortController();
+    const process = withInbox(async () => {
+      globalThis.process.nextTick(() => stop.abort());
+      throw new Error('a real failure, before any stop');
+    }, database.options());
+    expect(await process({ id: 'before', payload: {} }, { signal: stop.signal })).toMatchObject({ status: 'retry', reason: 'handler-failed' });
+    expect(await attempts()).toEqual([{ attempts: 1, last_error_code: InboxErrorCodes.HANDLER_FAILED }]);
+  });
+
   it("a batch whose handler fails on the consumer's stop is retried whole, not counted and not split", async () => {
     const calls: string[][] = [];
     const process = withInboxBatch(

@@ -19,17 +19,18 @@ export async function runHandler<TDb extends AnyPgDatabase, R>(
   call: (tx: TransactionOf<TDb>, signal: AbortSignal) => R | Promise<R>,
 ): Promise<R> {
   const savepoints = watchSavepoints(scope.tx);
-  let returned: { value: R } | { error: unknown };
+  let returned: { value: R } | { error: unknown; stopped: boolean };
   try {
     returned = { value: await runWithDeadline(timeoutMs, signal, (deadline) => savepoints.run(() => call(savepoints.tx, deadline)), scope.abandon, consumer) };
   } catch (error) {
-    returned = { error };
+    // Whether the consumer was stopping when the handler failed, not later (ending the scope below can take a while).
+    returned = { error, stopped: signal?.aborted === true };
   }
   await endHandlerScope(scope);
   // A COMMIT or ROLLBACK the handler tried fails the attempt, whatever the handler made of the refusal.
   const refusal = scope.refusal();
   if (refusal !== undefined) throw refusal;
-  if ('error' in returned) throw failedWhileStopping(returned.error, signal);
+  if ('error' in returned) throw failedWhileStopping(returned.error, returned.stopped);
   savepoints.check();
   return returned.value;
 }

@@ -182,7 +182,7 @@ export function withLeasedInbox<TDb extends AnyPgDatabase, TPayload>(
         // inspected fails it (counted, claim released) like a throw inside the handler.
         completion = completionOf(returned);
       } catch (error) {
-        return { ...(await failed(message, lease, bodyFailure(failedWhileStopping(error, processOptions?.signal)))), ...leased };
+        return { ...(await failed(message, lease, bodyFailure(failedWhileStopping(error, processOptions?.signal?.aborted === true)))), ...leased };
       } finally {
         open = false;
       }
