@@ -52,6 +52,31 @@ describe('createAmqpConsumer in batch mode (withInboxBatch)', () => {
     expect(await k.h.depth()).toBe(0);
   });
 
+  it('stop() requeues a partial batch unprocessed: no handler starts after the stop, nothing is counted or lost', async () => {
+    let calls = 0;
+    const consumer = k.consume(
+      k.batchProcessor(() => {
+        calls++;
+      }),
+      { batchSize: 50, batchWaitMs: 60_000 },
+    );
+    await consumer.start();
+    await k.h.publish(['s-1', 's-2', 's-3'].map((id) => ({ id, payload: { id } })));
+    await waitFor('the partial batch collected', async () => consumer.status().inFlight === 3);
+    await consumer.stop();
+    // Before, stop() processed it with the handler's signal already fired, where a failure is not counted.
+    expect(calls).toBe(0);
+    expect(await k.h.depth()).toBe(3);
+    expect(await k.h.depth(k.h.deadLetterQueue)).toBe(0);
+    expect(await k.t.query(`select count(*)::int as n from "${k.t.schema}".inbox_attempts`)).toEqual([{ n: 0 }]);
+    const next = k.consume(k.batchProcessor(), { batchSize: 50, batchWaitMs: 50 });
+    await next.start();
+    await k.recorder.waitForCount(3, (o) => o.status === 'processed');
+    await waitFor('everything settled', async () => (await k.h.pending()) === 0);
+    await next.stop();
+    expect([...(await k.effectsPerMessage()).values()]).toEqual([1, 1, 1]);
+  });
+
   it('a busy id in a batch is delayed alone (attempt kept, busy event) while the rest of the batch is processed', async () => {
     const inner = withInboxBatch(
       async (messages, tx: any) => {

@@ -194,7 +194,7 @@ export function createAmqpConsumer(options: AmqpConsumerOptions): InboxConsumer 
         );
       },
       async quiesce() {
-        // No new deliveries after cancel-ok; those already received are finished (a partial batch too).
+        // No new deliveries after cancel-ok; those in progress are finished, a partial batch is requeued (the signal fired).
         const session = current;
         if (session === undefined) return;
         await cancelSession(session);

@@ -34,7 +34,7 @@ export interface DeliveryHandlerContext {
 /** @internal An `onMessage` callback for `channel.consume`, with the controls a stop and a lost channel need. */
 export interface DeliveryHandler {
   (delivery: ConsumeMessage | null): void;
-  /** Processes a partially collected batch now (after cancelling the consumer). */
+  /** Processes a partially collected batch now (after cancelling the consumer); requeued unprocessed once the stop signal fired. */
   flush(): Promise<void>;
   /** Forgets a partially collected batch: its channel is gone, so the broker redelivers those deliveries. */
   discard(): void;
@@ -122,12 +122,29 @@ export function createDeliveryHandler(context: DeliveryHandlerContext): Delivery
   };
   const track = (entry: Delivery, task: Promise<void>) => context.inFlight.track(task.catch((error: unknown) => settleFailed(entry, error)));
 
+  /**
+   * Once the stop signal fired, deliveries not started yet (a partial batch, or ones the broker sent
+   * before cancel-ok) are requeued unprocessed, as the SQS and Kafka consumers leave theirs: a
+   * handler started then would get a signal already fired, and its failure would not be counted.
+   * A caller that aborts the signal but keeps consuming gets its deliveries back this way for ever,
+   * never run: cancel the consumer when you abort it.
+   */
+  function requeueUnstarted(entries: readonly Buffered[]): Promise<void> {
+    events.logger.info(
+      { queue: context.topology.queue, deliveries: entries.length },
+      `${entries.length} deliver${entries.length === 1 ? 'y' : 'ies'} received after the stop signal fired: requeued, not processed`,
+    );
+    return Promise.all(entries.map(({ entry, finish }) => finish(Promise.resolve().then(() => acks.requeue(entry.delivery))))).then(() => undefined);
+  }
+
   /** Runs the processor once for `entries`; each entry's settle is its own task (so in flight is counted per delivery). */
   function run(entries: readonly Buffered[]): Promise<void> {
+    const signal = context.signal();
+    if (signal?.aborted === true) return requeueUnstarted(entries);
     const outcomes = callProcessor(
       processor,
       entries.map((e) => e.entry.message),
-      context.signal(),
+      signal,
       events,
     );
     return Promise.all(entries.map(({ entry, finish }, i) => finish(outcomes.then((all) => settle(entry, all[i]!))))).then(() => undefined);

@@ -60,6 +60,43 @@ describe('createAmqpMessageHandler in a hand-written channel.consume loop', () =
     }
   });
 
+  it('once its signal fired, deliveries not started are requeued unprocessed, never run with a fired signal', async () => {
+    const connection = await amqp.connect(k.h.url);
+    try {
+      const channel = await connection.createConfirmChannel();
+      await assertAmqpTopology(channel, { queue: k.h.queue, retryDelaysMs: HARNESS_RETRY_DELAYS_MS });
+      await channel.prefetch(10);
+      const stopping = new AbortController();
+      stopping.abort();
+      let calls = 0;
+      const onMessage = createAmqpMessageHandler(
+        channel,
+        k.processor(() => {
+          calls++;
+          throw new Error('fails for real');
+        }),
+        { queue: k.h.queue, retryDelaysMs: HARNESS_RETRY_DELAYS_MS, signal: stopping.signal },
+      );
+      await k.h.publish([{ id: 'late-1', payload: {} }]);
+      let deliveries = 0;
+      const { consumerTag } = await channel.consume(k.h.queue, (delivery) => {
+        deliveries++;
+        onMessage(delivery);
+      });
+      await waitFor('the delivery requeued and delivered again', async () => deliveries >= 2);
+      await channel.cancel(consumerTag);
+      expect(await onMessage.drain(5000)).toBe(0);
+      await channel.close();
+      // Before, each delivery ran and its real failure was retried uncounted (consumer-stopping), for ever.
+      expect(calls).toBe(0);
+      expect(await k.h.depth()).toBe(1);
+      expect(await k.h.depth(k.h.deadLetterQueue)).toBe(0);
+      expect(await k.t.query(`select count(*)::int as n from "${k.t.schema}".inbox_attempts`)).toEqual([{ n: 0 }]);
+    } finally {
+      await connection.close();
+    }
+  });
+
   it('needs a confirm channel to publish retry and dead-letter copies', async () => {
     const connection = await amqp.connect(k.h.url);
     try {

@@ -35,7 +35,10 @@ export interface AmqpMessageHandlerOptions extends Omit<ConsumerOptions<ConsumeM
   batchWaitMs?: number;
   /** Pause before requeueing a delivery whose retry/dead-letter copy could not be published, in ms. @defaultValue 1000 */
   requeueDelayMs?: number;
-  /** Handed to every processor call (so to handlers as `context.signal`): abort it when you stop consuming. @defaultValue none */
+  /**
+   * Handed to every processor call (so to handlers as `context.signal`): abort it when you stop consuming.
+   * Once it fired, deliveries not started yet are requeued unprocessed, so cancel the consumer too. @defaultValue none
+   */
   signal?: AbortSignal;
 }
 
@@ -44,9 +47,9 @@ export interface AmqpMessageHandler {
   (delivery: ConsumeMessage | null): void;
   /** Subscribes to `message_processed`, `duplicate`, `retry`, `busy`, `dead_letter` and `error`; returns the function that unsubscribes. */
   on: ConsumerEventEmitter['on'];
-  /** Processes a partially collected batch now (call it after cancelling the consumer). */
+  /** Processes a partially collected batch now (call it after cancelling the consumer); requeues it unprocessed once `signal` fired. */
   flush(): Promise<void>;
-  /** Processes a partial batch, then waits for every delivery in progress to be settled, up to `timeoutMs`; returns how many were still running. */
+  /** Flushes a partial batch (see `flush`), then waits for every delivery in progress to be settled, up to `timeoutMs`; returns how many were still running. */
   drain(timeoutMs: number): Promise<number>;
 }
 
