@@ -16,12 +16,18 @@ describe('createAmqpMessageHandler in a hand-written channel.consume loop', () =
     await k.close();
   });
 
+  /** A confirm channel with the queue's retry and dead-letter topology declared, prefetch 10. */
+  const topologyChannel = async (connection: amqp.ChannelModel) => {
+    const channel = await connection.createConfirmChannel();
+    await assertAmqpTopology(channel, { queue: k.h.queue, retryDelaysMs: HARNESS_RETRY_DELAYS_MS });
+    await channel.prefetch(10);
+    return channel;
+  };
+
   it("processes, dedups and dead-letters on the caller's own confirm channel; the signal reaches handlers", async () => {
     const connection = await amqp.connect(k.h.url);
     try {
-      const channel = await connection.createConfirmChannel();
-      await assertAmqpTopology(channel, { queue: k.h.queue, retryDelaysMs: HARNESS_RETRY_DELAYS_MS });
-      await channel.prefetch(10);
+      const channel = await topologyChannel(connection);
       const stopping = new AbortController();
       const signals: AbortSignal[] = [];
       const handler = k.recorder.wrap(
@@ -63,9 +69,7 @@ describe('createAmqpMessageHandler in a hand-written channel.consume loop', () =
   it('once its signal fired, deliveries not started are requeued unprocessed, never run with a fired signal', async () => {
     const connection = await amqp.connect(k.h.url);
     try {
-      const channel = await connection.createConfirmChannel();
-      await assertAmqpTopology(channel, { queue: k.h.queue, retryDelaysMs: HARNESS_RETRY_DELAYS_MS });
-      await channel.prefetch(10);
+      const channel = await topologyChannel(connection);
       const stopping = new AbortController();
       stopping.abort();
       let calls = 0;
