@@ -276,7 +276,8 @@ describe('a spent redelivery whose wait for a claim loses its connection (node-p
       for (let i = 0; i < 300 && waiting.length === 0; i++) {
         await new Promise((resolve) => setTimeout(resolve, 10));
         waiting = await t.query<{ pid: number }>(
-          `select pid from pg_stat_activity where wait_event_type = 'Lock' and position('insert into' in query) > 0 and pid <> pg_backend_pid()`,
+          // This test's schema only: tests of other files run at the same time and wait on their own claims.
+          `select pid from pg_stat_activity where wait_event_type = 'Lock' and position('insert into' in query) > 0 and position('${t.schema}' in query) > 0 and pid <> pg_backend_pid()`,
         );
       }
       await t.query(`select pg_terminate_backend(${waiting[0]!.pid})`);
@@ -303,7 +304,7 @@ describe.each(DRIVERS.filter((driver) => driver !== 'pglite'))('copies of one re
   const waitingOn = async (text: string, n: number) => {
     for (let i = 0; i < 300; i++) {
       const rows = await database.t.query<{ n: number }>(
-        `select count(*)::int as n from pg_stat_activity where wait_event_type = 'Lock' and position('${text}' in query) > 0 and pid <> pg_backend_pid()`,
+        `select count(*)::int as n from pg_stat_activity where wait_event_type = 'Lock' and position('${text}' in query) > 0 and position('${database.t.schema}' in query) > 0 and pid <> pg_backend_pid()`,
       );
       if (rows[0]!.n >= n) return;
       await sleep(10);
