@@ -34,7 +34,7 @@ export interface DeliveryHandlerContext {
 /** @internal An `onMessage` callback for `channel.consume`, with the controls a stop and a lost channel need. */
 export interface DeliveryHandler {
   (delivery: ConsumeMessage | null): void;
-  /** Processes a partially collected batch now (after cancelling the consumer); requeued unprocessed once the stop signal fired. */
+  /** Processes a partially collected batch now (after cancelling the consumer); once the stop signal fired, requeues it and the deliveries held since, unprocessed. */
   flush(): Promise<void>;
   /** Forgets a partially collected batch: its channel is gone, so the broker redelivers those deliveries. */
   discard(): void;
@@ -124,12 +124,19 @@ export function createDeliveryHandler(context: DeliveryHandlerContext): Delivery
 
   /**
    * Once the stop signal fired, deliveries not started yet (a partial batch, or ones the broker sent
-   * before cancel-ok) are requeued unprocessed, as the SQS and Kafka consumers leave theirs: a
-   * handler started then would get a signal already fired, and its failure would not be counted.
-   * A caller that aborts the signal but keeps consuming gets its deliveries back this way for ever,
-   * never run: cancel the consumer when you abort it.
+   * before cancel-ok) are not processed, as the SQS and Kafka consumers leave theirs: a handler
+   * started then would get a signal already fired, and its failure would not be counted. They are
+   * held, unacked, until `flush()` (the stop, `drain()`) requeues them. Held, they fill the prefetch,
+   * so a caller that aborts the signal but keeps consuming stalls instead of spinning through
+   * requeues and redeliveries.
    */
-  function requeueUnstarted(entries: readonly Buffered[]): Promise<void> {
+  let held: Buffered[] = [];
+
+  /** Requeues the deliveries held since the stop signal fired (see `held`). */
+  function requeueHeld(): Promise<void> {
+    const entries = held;
+    held = [];
+    if (entries.length === 0) return Promise.resolve();
     events.logger.info(
       { queue: context.topology.queue, deliveries: entries.length },
       `${entries.length} deliver${entries.length === 1 ? 'y' : 'ies'} received after the stop signal fired: requeued, not processed`,
@@ -140,7 +147,10 @@ export function createDeliveryHandler(context: DeliveryHandlerContext): Delivery
   /** Runs the processor once for `entries`; each entry's settle is its own task (so in flight is counted per delivery). */
   function run(entries: readonly Buffered[]): Promise<void> {
     const signal = context.signal();
-    if (signal?.aborted === true) return requeueUnstarted(entries);
+    if (signal?.aborted === true) {
+      held.push(...entries);
+      return Promise.resolve();
+    }
     const outcomes = callProcessor(
       processor,
       entries.map((e) => e.entry.message),
@@ -182,13 +192,18 @@ export function createDeliveryHandler(context: DeliveryHandlerContext): Delivery
     buffer = [];
     return entries;
   };
-  const flush = (): Promise<void> => {
+  /** Runs what was collected (held instead once the stop signal fired). */
+  const runBuffer = (): Promise<void> => {
     const entries = takeBuffer();
     return entries.length === 0 ? Promise.resolve() : run(entries);
   };
-  // The channel is gone: the broker redelivers what was collected; it no longer counts as in flight.
+  // The public flush also gives back what the stop held: the caller is stopping.
+  const flush = (): Promise<void> => runBuffer().then(requeueHeld);
+  // The channel is gone: the broker redelivers what was collected or held; it no longer counts as in flight.
   const discard = () => {
-    for (const { finish } of takeBuffer()) void finish(Promise.resolve());
+    const forgotten = [...takeBuffer(), ...held];
+    held = [];
+    for (const { finish } of forgotten) void finish(Promise.resolve());
   };
 
   const onMessage = (delivery: ConsumeMessage | null): void => {
@@ -209,8 +224,8 @@ export function createDeliveryHandler(context: DeliveryHandlerContext): Delivery
       return;
     }
     buffer.push(admit(entry));
-    if (buffer.length >= context.batchSize) void flush();
-    else timer ??= setTimeout(() => void flush(), context.batchWaitMs);
+    if (buffer.length >= context.batchSize) void runBuffer();
+    else timer ??= setTimeout(() => void runBuffer(), context.batchWaitMs);
   };
 
   return Object.assign(onMessage, { flush, discard });

@@ -37,7 +37,7 @@ export interface AmqpMessageHandlerOptions extends Omit<ConsumerOptions<ConsumeM
   requeueDelayMs?: number;
   /**
    * Handed to every processor call (so to handlers as `context.signal`): abort it when you stop consuming.
-   * Once it fired, deliveries not started yet are requeued unprocessed, so cancel the consumer too. @defaultValue none
+   * Once it fired, deliveries not started yet are held unprocessed until `flush()`/`drain()` requeues them, so cancel the consumer and drain too. @defaultValue none
    */
   signal?: AbortSignal;
 }
@@ -47,7 +47,7 @@ export interface AmqpMessageHandler {
   (delivery: ConsumeMessage | null): void;
   /** Subscribes to `message_processed`, `duplicate`, `retry`, `busy`, `dead_letter` and `error`; returns the function that unsubscribes. */
   on: ConsumerEventEmitter['on'];
-  /** Processes a partially collected batch now (call it after cancelling the consumer); requeues it unprocessed once `signal` fired. */
+  /** Processes a partially collected batch now (call it after cancelling the consumer); once `signal` fired, requeues it and the deliveries held since, unprocessed. */
   flush(): Promise<void>;
   /** Flushes a partial batch (see `flush`), then waits for every delivery in progress to be settled, up to `timeoutMs`; returns how many were still running. */
   drain(timeoutMs: number): Promise<number>;
