@@ -507,30 +507,38 @@ export class InboxStore {
   }
 
   /**
-   * Counts the first attempt of each of many distinct ids in one statement: each id that is neither
-   * in the inbox nor has an attempts record (a redelivery that failed or died before is counted
-   * later, by {@link startAttempt} at its turn). Per id: `known` (in the
-   * inbox), and the attempts counted now (`null` when nothing was counted: known, or recorded).
+   * Counts the first attempt of each of many distinct ids, in their order, up to the first that has
+   * an attempts record (a redelivery that failed or died before: counted later, by
+   * {@link startAttempt} at its turn), in one statement: each id before it that is neither in the
+   * inbox nor recorded. Per id: `decided` (false after that first recorded id: nothing was looked at
+   * for it, ask again once the ids before it ran), `known` (in the inbox), and the attempts counted
+   * now (`null` when nothing was counted: known, recorded or not decided). Counting no further than
+   * the first recorded id means no attempt is counted while an earlier one of the batch runs alone.
    * Each id is one index probe (correlated subqueries, whatever the statistics say; see verify),
    * and the inserts go in id order, so two batches counting overlapping ids cannot deadlock.
    */
-  async startFirstAttempts(db: Executable, messageIds: readonly string[]): Promise<Map<string, { known: boolean; counted: number | null }>> {
+  async startFirstAttempts(db: Executable, messageIds: readonly string[]): Promise<Map<string, { decided: boolean; known: boolean; counted: number | null }>> {
     const attempts = sql.raw(qualifiedName(this.tables.inboxAttempts));
-    const rows = await rowsOf<{ message_id: string; known: boolean; attempts: number | null }>(
+    const rows = await rowsOf<{ message_id: string; decided: boolean; known: boolean; attempts: number | null }>(
       db,
       sql`with m as (
-          select m.id,
+          select m.id, m.ord,
             exists (select 1 from ${this.inboxName} i where i.consumer = ${this.consumer} and i.message_id = m.id) as known,
             exists (select 1 from ${attempts} r where r.consumer = ${this.consumer} and r.message_id = m.id) as recorded
-          from ${this.ids(messageIds)}),
+          from unnest(${sql.param([...messageIds])}::text[]) with ordinality as m(id, ord)),
+        cut as (select coalesce(min(ord), 9223372036854775807) as ord from m where not m.known and m.recorded),
         counted as (
           insert into ${attempts} as a (consumer, message_id, attempts, last_error, last_error_code)
-          select ${this.consumer}, m.id, 1, ${UNFINISHED_TEXT}, ${UNFINISHED_CODE} from m where not m.known and not m.recorded order by m.id
+          select ${this.consumer}, m.id, 1, ${UNFINISHED_TEXT}, ${UNFINISHED_CODE} from m
+          where not m.known and not m.recorded and m.ord < (select ord from cut) order by m.id
           on conflict (consumer, message_id) do update set attempts = a.attempts + 1, last_attempt_at = now()
           returning message_id, attempts)
-        select m.id as message_id, m.known, counted.attempts from m left join counted on counted.message_id = m.id`,
+        select m.id as message_id, m.ord <= (select ord from cut) as decided, m.known, counted.attempts
+        from m left join counted on counted.message_id = m.id`,
     );
-    return new Map(rows.map((r) => [r.message_id, { known: r.known === true, counted: r.attempts === null ? null : Number(r.attempts) }]));
+    return new Map(
+      rows.map((r) => [r.message_id, { decided: r.decided === true, known: r.known === true, counted: r.attempts === null ? null : Number(r.attempts) }]),
+    );
   }
 
   /**

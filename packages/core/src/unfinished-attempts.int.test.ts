@@ -143,6 +143,52 @@ describe.each(DRIVERS)('redelivered messages on %s', (driver) => {
     ]);
   });
 
+  it('while a suspect runs alone, nothing after it in the batch is counted yet: a death then charges the suspect only', async () => {
+    await database.t.query(
+      `insert into "${database.t.schema}".inbox_attempts (consumer, message_id, attempts, last_error_code) values ('c', 's1', 1, 'ATTEMPT_UNFINISHED'), ('c', 's2', 1, 'ATTEMPT_UNFINISHED')`,
+    );
+    const during = new Map<string, unknown[]>();
+    const process = withInboxBatch(async (messages: InboxMessage[], tx: any) => {
+      // Read in the handler's transaction (PGlite has one connection).
+      const read = await tx.execute(sql.raw(`select message_id, attempts from "${database.t.schema}".inbox_attempts order by 1`));
+      during.set(messages.map((m) => m.id).join(','), Array.isArray(read) ? [...read] : read.rows);
+      await tx.insert(database.t.effects).values(messages.map((m) => ({ messageId: m.id })));
+    }, database.options());
+    const ids = ['a', 's1', 'b', 'c', 's2', 'd'];
+    const outcomes = await process(ids.map((id) => ({ id, payload: 1, redelivered: id !== 'c' })));
+    expect(outcomes.map((o) => o.status)).toEqual(ids.map(() => 'processed'));
+    // Before, b and d were counted when the call began, so a death while s1 or s2 ran charged them too.
+    expect(Object.fromEntries(during)).toEqual({
+      a: [
+        { message_id: 'a', attempts: 1 },
+        { message_id: 's1', attempts: 1 },
+        { message_id: 's2', attempts: 1 },
+      ],
+      s1: [
+        { message_id: 's1', attempts: 2 },
+        { message_id: 's2', attempts: 1 },
+      ],
+      'b,c': [
+        { message_id: 'b', attempts: 1 },
+        { message_id: 's1', attempts: 1 },
+        { message_id: 's2', attempts: 1 },
+      ],
+      s2: [
+        { message_id: 's1', attempts: 1 },
+        { message_id: 's2', attempts: 2 },
+      ],
+      d: [
+        { message_id: 'd', attempts: 1 },
+        { message_id: 's1', attempts: 1 },
+        { message_id: 's2', attempts: 1 },
+      ],
+    });
+    expect(await attempts()).toEqual([
+      { message_id: 's1', attempts: 1 },
+      { message_id: 's2', attempts: 1 },
+    ]);
+  });
+
   it('a suspect whose attempts are spent is dead-lettered without running, and the batch around it runs', async () => {
     await database.t.query(
       `insert into "${database.t.schema}".inbox_attempts (consumer, message_id, attempts, last_error_code) values ('c', 'spent', 2, 'ATTEMPT_UNFINISHED')`,

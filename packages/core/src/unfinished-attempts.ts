@@ -26,6 +26,7 @@ import { type AnyPgDatabase, type InboxMessage, type InboxOutcome, OutcomeReason
  * Serialising every redelivery instead starved them all behind one message that broke the channel
  * each time it ran. A batch processor counts its call's first-time redeliveries in one statement and
  * runs them in one transaction with the call's other messages; its suspects run alone, in the lane.
+ * The redeliveries after a suspect are counted once it ran, so a death while it runs charges it only.
  */
 
 /** @internal Runs one attempt, `countedAhead` when its attempt was counted before it ran. */
@@ -70,6 +71,7 @@ export async function runRedelivered(
     case 'counted':
       return runCountedAhead(options, store, message, run);
     case 'suspect':
+    case 'later': // (one message is never after a suspect: listed for completeness)
       return runSuspect(options, store, lane, message, run);
   }
 }
@@ -98,11 +100,16 @@ export function runSuspect(
  * - `counted`: a first-time redelivery, its attempt counted ahead; it runs with the batch's other
  *   messages (a death then charges each message in flight once, see above);
  * - `suspect`: it failed or died before; it runs alone, in the lane ({@link runSuspect});
- * - `outcome`: it does not run (the database could not count it).
+ * - `outcome`: it does not run (the database could not count it);
+ * - `later`: not decided, as it comes after a suspect: ask again once that suspect ran, so that no
+ *   attempt is counted while the suspect runs alone (a death then would charge it too).
  */
-export type RedeliveryStart = { kind: 'known' } | { kind: 'counted' } | { kind: 'suspect' } | { kind: 'outcome'; outcome: InboxOutcome };
+export type RedeliveryStart = { kind: 'known' } | { kind: 'counted' } | { kind: 'suspect' } | { kind: 'later' } | { kind: 'outcome'; outcome: InboxOutcome };
 
-/** @internal Counts the first attempts of a batch's redelivered `messages` (distinct ids) ahead; see {@link RedeliveryStart}. */
+/**
+ * @internal Counts the first attempts of a batch's redelivered `messages` (distinct ids, in the
+ * batch's order) ahead, up to the first suspect; see {@link RedeliveryStart}.
+ */
 export async function startRedeliveries(
   options: ResolvedOptions<AnyPgDatabase, unknown>,
   store: InboxStore,
@@ -110,7 +117,7 @@ export async function startRedeliveries(
 ): Promise<Map<string, RedeliveryStart>> {
   const starts = new Map<string, RedeliveryStart>();
   if (messages.length === 0) return starts;
-  let counted: Map<string, { known: boolean; counted: number | null }>;
+  let counted: Map<string, { decided: boolean; known: boolean; counted: number | null }>;
   try {
     counted = await store.startFirstAttempts(
       options.db,
@@ -122,7 +129,8 @@ export async function startRedeliveries(
   }
   for (const message of messages) {
     const start = counted.get(message.id);
-    if (start === undefined || start.known) starts.set(message.id, { kind: 'known' });
+    if (start !== undefined && !start.decided) starts.set(message.id, { kind: 'later' });
+    else if (start === undefined || start.known) starts.set(message.id, { kind: 'known' });
     else if (start.counted === null) starts.set(message.id, { kind: 'suspect' });
     // Counted for the first time: it runs, even past maxAttempts (only a concurrent copy counting
     // it too can put it there, and the claim lets one of the two run).
@@ -151,10 +159,9 @@ async function attempt(
  * claim held on the id, as a claim would: committed, it is a duplicate (or a conflict), judged as
  * usual; rolled back or none, the attempts are spent. Either way this attempt does not run, so its
  * count is taken back. Left open: a copy that counted but has not sent its claim yet is not waited
- * for. That gap is short for `withInbox` (unless its transaction waits for a pool connection), but a
- * batch call counts its first-time redeliveries when it starts and claims each after the suspects
- * ahead of it ran, so there it lasts as long as they do. A spent copy arriving then is still
- * dead-lettered beside a copy that commits (nothing is lost or applied twice).
+ * for. That gap is one statement long (a batch counts its first-time redeliveries just before the
+ * transaction they run in), longer only while that transaction waits for a pool connection. A spent
+ * copy arriving then is still dead-lettered beside a copy that commits (nothing is lost or applied twice).
  */
 async function spentUnlessClaimed(
   options: ResolvedOptions<AnyPgDatabase, unknown>,

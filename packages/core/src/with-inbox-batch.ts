@@ -9,7 +9,7 @@ import { isOutcome, outcomeOfExisting, prepareMessage, type KnownRow, type Prepa
 import { rejectionReason } from './rejection.js';
 import { runHandler } from './run-handler.js';
 import { runInboxTransaction } from './transaction.js';
-import { AttemptLane, endedWithoutFailing, runSuspect, startRedeliveries } from './unfinished-attempts.js';
+import { AttemptLane, endedWithoutFailing, type RedeliveryStart, runSuspect, startRedeliveries } from './unfinished-attempts.js';
 import type { HandlerResult } from './with-inbox.js';
 import { isCounted } from './transaction-failures.js';
 import {
@@ -321,16 +321,22 @@ export function withInboxBatch<TDb extends AnyPgDatabase, TPayload = unknown>(
     const slots = [...leaders.values()];
     // Redeliveries may include a message that killed the process (see unfinished-attempts.ts): the
     // first-time ones are counted ahead and run with the others, in one transaction; the ones that
-    // failed or died before run alone, in order, splitting the batch where they stand.
-    const starts = await startRedeliveries(
-      general,
-      store,
-      slots.filter((slot) => slot.prepared.message.redelivered === true).map((slot) => slot.prepared.message),
-    );
-    const planned = slots.map((slot) => {
-      const start = starts.get(slot.prepared.message.id);
-      return start?.kind === 'counted' ? { slot: { ...slot, countedAhead: true }, start } : { slot, start };
-    });
+    // failed or died before run alone, in order, splitting the batch where they stand. The ones
+    // after such a suspect are decided (and counted) once it ran.
+    const planned: { slot: Slot<TPayload>; start: RedeliveryStart | undefined }[] = slots.map((slot) => ({ slot, start: undefined }));
+    const decide = async (from: number) => {
+      const pending = planned.slice(from).filter(({ slot }) => slot.prepared.message.redelivered === true);
+      const starts = await startRedeliveries(
+        general,
+        store,
+        pending.map(({ slot }) => slot.prepared.message),
+      );
+      for (const plan of pending) {
+        plan.start = starts.get(plan.slot.prepared.message.id);
+        if (plan.start?.kind === 'counted') plan.slot = { ...plan.slot, countedAhead: true };
+      }
+    };
+    await decide(0);
     let batch: Slot<TPayload>[] = [];
     let started = false;
     const step = async (work: () => Promise<void>) => {
@@ -344,7 +350,10 @@ export function withInboxBatch<TDb extends AnyPgDatabase, TPayload = unknown>(
       if (pending.length > 0) await step(() => runBatch(pending, outcomes, stored, call));
     };
     try {
-      for (const { slot, start } of planned) {
+      for (let i = 0; i < planned.length; i++) {
+        // After a suspect that ran: what follows it is decided now (joining the batch still open).
+        if (planned[i]!.start?.kind === 'later') await decide(i);
+        const { slot, start } = planned[i]!;
         if (start?.kind === 'outcome') {
           outcomes[slot.index] = start.outcome;
         } else if (start?.kind === 'suspect') {
