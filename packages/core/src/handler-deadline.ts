@@ -1,5 +1,5 @@
 import { describeError } from './error-text.js';
-import { InboxError, InboxErrorCodes } from './errors.js';
+import { InboxError, InboxErrorCodes, isInboxError } from './errors.js';
 import { recordHandler } from './telemetry/instruments.js';
 
 /** @internal The handler ran past `handlerTimeoutMs`. Counted as a failed attempt (`HANDLER_TIMEOUT`). */
@@ -24,7 +24,7 @@ export class FailedWhileStopping extends InboxError {}
  * still bounded by `handlerTimeoutMs`.
  */
 export function failedWhileStopping(error: unknown, stopped: boolean): unknown {
-  if (!stopped || (error instanceof InboxError && error.code === InboxErrorCodes.HANDLER_TIMEOUT)) return error;
+  if (!stopped || (isInboxError(error) && error.code === InboxErrorCodes.HANDLER_TIMEOUT)) return error;
   return new FailedWhileStopping(InboxErrorCodes.CONSUMER_STOPPING, `the handler failed after the consumer began to stop: ${describeError(error)}`, {
     cause: error,
   });
