@@ -4,7 +4,7 @@
  * payment provider (idempotency keys) for leased mode, and in-memory OpenTelemetry tracing.
  */
 export { databaseUrl, requireService } from './services.js';
-export { createTestDatabase, type TestDatabase, type Driver, DRIVERS } from './test-database.js';
+export { createTestDatabase, type TestDatabase, type Driver, DRIVERS, postgres, POSTGRES_JS_MAJOR } from './test-database.js';
 export { startPostgresProxy, startTcpProxy, type TcpProxy } from './tcp-proxy.js';
 export { uniqueName } from './unique-name.js';
 export { waitFor } from './wait-for.js';

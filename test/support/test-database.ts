@@ -4,10 +4,34 @@ import { drizzle as drizzleNodePg } from 'drizzle-orm/node-postgres';
 import { bigserial, integer, jsonb, pgSchema, text } from 'drizzle-orm/pg-core';
 import { drizzle as drizzlePglite } from 'drizzle-orm/pglite';
 import { drizzle as drizzlePostgresJs } from 'drizzle-orm/postgres-js';
+import { readFileSync } from 'node:fs';
+import path from 'node:path';
+import { pathToFileURL } from 'node:url';
 import pg from 'pg';
-import postgres from 'postgres';
+import postgres3 from 'postgres';
 import { databaseUrl } from './services.js';
 import { uniqueName } from './unique-name.js';
+
+/**
+ * The postgres-js the `postgres-js` driver runs on: the workspace's 3.x, or the package installed at
+ * `INBOXED_POSTGRES_JS_PACKAGE` (a directory holding postgres-js's package.json). The Node 22 run
+ * of `scripts/node-matrix.mjs` points it at 4.x, installed with npm outside the workspace: in the
+ * workspace, pnpm would resolve drizzle-orm's optional `postgres` peer to 4.x in every package that
+ * does not pin it, and TypeScript would then see two drizzle-orms. The majors differ in the pool and
+ * the transactions inboxed reaches into, so both are proven. Typed as 3.x: the tests use what the two
+ * share.
+ */
+async function loadPostgresJs(): Promise<{ postgres: typeof postgres3; major: number }> {
+  const dir = process.env.INBOXED_POSTGRES_JS_PACKAGE;
+  if (dir === undefined || dir === '') return { postgres: postgres3, major: 3 };
+  const manifest = JSON.parse(readFileSync(path.join(dir, 'package.json'), 'utf8')) as { version: string; main?: string };
+  const loaded = (await import(pathToFileURL(path.join(dir, manifest.main ?? 'index.js')).href)) as { default: typeof postgres3 };
+  return { postgres: loaded.default, major: Number(manifest.version.split('.')[0]) };
+}
+const postgresJs = await loadPostgresJs();
+export const postgres: typeof postgres3 = postgresJs.postgres;
+/** The major version of {@link postgres}. */
+export const POSTGRES_JS_MAJOR: number = postgresJs.major;
 
 /** The Drizzle drivers inboxed supports; every core behaviour is proven on each. */
 export type Driver = 'node-postgres' | 'postgres-js' | 'pglite';

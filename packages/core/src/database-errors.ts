@@ -115,8 +115,12 @@ export function isIdleInTransactionTimeout(error: unknown): boolean {
   return false;
 }
 
-/** True when the transaction was already aborted by an earlier failed statement (SQLSTATE 25P02). */
+/**
+ * True when the transaction was already aborted by an earlier failed statement: SQLSTATE 25P02, or
+ * postgres-js 4's `TRANSACTION_ROLLED_BACK`, its error for a COMMIT the server answered with
+ * ROLLBACK (3.x resolved such a COMMIT; see `rolledBackAfterCheck`).
+ */
 export function isInFailedTransaction(error: unknown): boolean {
-  for (const link of causeChain(error)) if (link.code === '25P02') return true;
+  for (const link of causeChain(error)) if (link.code === '25P02' || link.code === 'TRANSACTION_ROLLED_BACK') return true;
   return false;
 }

@@ -1,11 +1,10 @@
 import net from 'node:net';
 import { PGlite } from '@electric-sql/pglite';
-import { createTestDatabase, databaseUrl, startPostgresProxy, type TestDatabase } from '@inboxed/test-support';
+import { createTestDatabase, databaseUrl, postgres, startPostgresProxy, type TestDatabase } from '@inboxed/test-support';
 import { drizzle as drizzleNodePg } from 'drizzle-orm/node-postgres';
 import { drizzle as drizzlePglite } from 'drizzle-orm/pglite';
 import { drizzle as drizzlePostgresJs } from 'drizzle-orm/postgres-js';
 import pg from 'pg';
-import postgres from 'postgres';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { InboxErrorCodes } from './errors.js';
 import { migrate } from './migrations/migrate.js';

@@ -1,11 +1,10 @@
 import { PGlite } from '@electric-sql/pglite';
-import { createTestDatabase, DRIVERS, databaseUrl, type TestDatabase } from '@inboxed/test-support';
+import { createTestDatabase, DRIVERS, databaseUrl, postgres, type TestDatabase } from '@inboxed/test-support';
 import { sql } from 'drizzle-orm';
 import { drizzle as drizzleNodePg } from 'drizzle-orm/node-postgres';
 import { drizzle as drizzlePglite } from 'drizzle-orm/pglite';
 import { drizzle as drizzlePostgresJs } from 'drizzle-orm/postgres-js';
 import pg from 'pg';
-import postgres from 'postgres';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { migrate } from './migrations/migrate.js';
 import { reject, type InboxMessage } from './types.js';

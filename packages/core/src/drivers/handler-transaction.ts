@@ -59,8 +59,10 @@ interface DrizzleTransactionParts {
 /** A postgres-js query: lazy, sent through `handler` when first awaited or executed. */
 interface PostgresJsQuery {
   handler: ((query: PostgresJsQuery) => void) & { debug?: unknown };
-  /** postgres-js's cancel for this query (what `query.cancel()` calls), until it is cancelled once. */
+  /** postgres-js 3.x's cancel for this query (what `query.cancel()` calls), until it is cancelled once. */
   canceller?: ((query: PostgresJsQuery) => Promise<void>) | null;
+  /** The query's cancel: in 4.x it settles once the server has taken the request (or could not be reached). */
+  cancel?: () => Promise<unknown>;
   /** Set by postgres-js while the query is the one its connection is running (the pipeline's head). */
   active?: boolean;
   cursor?: unknown;
@@ -129,23 +131,42 @@ class GuardState extends StatementGate {
 /**
  * Sends postgres-js's CancelRequest for a running query (on a connection of its own, as its
  * `query.cancel()` does) and resolves once the server has taken it, or could not be reached, or
- * after {@link CANCEL_TIMEOUT_MS}. postgres-js's own `cancel()` drops the request's promise, which
- * rejects when the server cannot be reached: called through `canceller` instead, the rejection is
- * handled. A cancel that cannot be delivered changes nothing: the statement then ends on its own or
- * with its connection, and abandonment waits for it as it did before cancels.
+ * after {@link CANCEL_TIMEOUT_MS}. postgres-js 3.x's own `cancel()` drops the request's promise,
+ * which rejects when the server cannot be reached: called through `canceller` instead, the
+ * rejection is handled. 4.x's `cancel()` returns that promise. A cancel that cannot be delivered
+ * changes nothing: the statement then ends on its own or with its connection, and abandonment waits
+ * for it as it did before cancels.
  */
 function cancelDelivered(query: PostgresJsQuery): Promise<void> {
-  const { canceller } = query;
-  if (typeof canceller !== 'function') return Promise.resolve();
-  query.canceller = null;
+  const send = cancelOnce(query);
+  if (send === undefined) return Promise.resolve();
   let timer: NodeJS.Timeout | undefined;
   const delivered = Promise.resolve()
-    .then(() => canceller(query))
-    .catch(() => {});
+    .then(send)
+    .then(
+      () => undefined,
+      () => undefined,
+    );
   const waited = new Promise<void>((resolve) => {
     timer = setTimeout(resolve, CANCEL_TIMEOUT_MS);
   });
   return Promise.race([delivered, waited]).finally(() => clearTimeout(timer));
+}
+
+/** Sends a query's CancelRequest, at most once per query; undefined when it has no cancel inboxed knows. */
+const cancelled = new WeakSet<PostgresJsQuery>();
+function cancelOnce(query: PostgresJsQuery): (() => Promise<unknown>) | undefined {
+  if (cancelled.has(query)) return undefined;
+  const { canceller, cancel } = query;
+  let send: (() => Promise<unknown>) | undefined;
+  if (typeof canceller === 'function') {
+    query.canceller = null; // as 3.x's own cancel() does: a later query.cancel() sends nothing
+    send = () => canceller(query);
+  } else if (typeof cancel === 'function') {
+    send = () => cancel.call(query);
+  }
+  if (send !== undefined) cancelled.add(query);
+  return send;
 }
 
 /**
@@ -182,14 +203,13 @@ class GuardedScopedSql {
     const query = this.scoped.unsafe(...args);
     const send = query.handler;
     const { state } = this;
-    // `debug` rides on the handler: postgres-js reads it for the query's origin in errors.
     const sendTracked = (sent: PostgresJsQuery) => {
       state.sending(sent);
       return send(sent);
     };
-    query.handler = Object.assign((sent: PostgresJsQuery) => (state.closed ? sent.reject(lateStatementRefused()) : sendTracked(sent)), {
-      debug: send.debug,
-    });
+    // postgres-js reads settings off the handler: `debug` (3.x and 4.x), and in 4.x the client's
+    // `options` and its `cancel`; the guarded handler carries whatever the original one does.
+    query.handler = Object.assign((sent: PostgresJsQuery) => (state.closed ? sent.reject(lateStatementRefused()) : sendTracked(sent)), send);
     // A cursor or a COPY stream left open would hold the connection under inboxed's COMMIT.
     for (const method of ['cursor', 'readable', 'writable'] as const) {
       query[method] = () => {

@@ -45,14 +45,14 @@ export function unsupportedPostgresJsSetting(db: unknown): string | undefined {
 
 /**
  * True for a Drizzle transaction over postgres-js passed where a database goes: its scoped `sql`
- * (`unsafe`, `savepoint`, no `begin`) does not carry the client's options, so a `transform` or
- * `fetch_types: false` cannot be seen through it.
+ * (`unsafe`, `savepoint`, no `end`; 4.x gives it a `begin` for nested transactions) does not carry
+ * the client's options, so a `transform` or `fetch_types: false` cannot be seen through it.
  */
 function isPostgresJsTransaction(db: unknown): boolean {
   const client: unknown = (db as { session?: { client?: unknown } } | null)?.session?.client;
   if (typeof client !== 'function') return false;
-  const { unsafe, savepoint, begin } = client as unknown as Record<string, unknown>;
-  return typeof unsafe === 'function' && typeof savepoint === 'function' && typeof begin !== 'function';
+  const { unsafe, savepoint, end } = client as unknown as Record<string, unknown>;
+  return typeof unsafe === 'function' && typeof savepoint === 'function' && typeof end !== 'function';
 }
 
 /**
