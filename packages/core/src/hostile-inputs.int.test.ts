@@ -165,6 +165,42 @@ describe.each(DRIVERS)('hostile inputs and callbacks on %s', (driver) => {
     expect(outcome.reason!.length).toBeLessThanOrEqual(500);
     expect(await t.query(`select status, reason from "${t.schema}".inbox`)).toEqual([{ status: 'rejected', reason: outcome.reason }]);
   });
+
+  it('a batch handler that rewrites message.id in place cannot make a split commit the message again under the new id', async () => {
+    const process = withInboxBatch(
+      async (messages: InboxMessage[], tx: any) => {
+        for (const message of messages) message.id = message.id.toLowerCase(); // "normalised" in place
+        if (messages.some((message) => message.id === 'poison')) throw new Error('poison');
+        await tx.insert(t.effects).values(messages.map((message) => ({ messageId: message.id })));
+      },
+      options({ maxAttempts: 5 }),
+    );
+    const first = await process([
+      { id: 'ORDER-1', payload: {} },
+      { id: 'poison', payload: {} },
+    ]);
+    expect(first.map((o) => [o.messageId, o.status])).toEqual([
+      ['ORDER-1', 'processed'],
+      ['poison', 'retry'],
+    ]);
+    // Its redelivery (an ack lost, say) is a duplicate of the id the broker knows.
+    expect((await process([{ id: 'ORDER-1', payload: {} }]))[0]).toMatchObject({ messageId: 'ORDER-1', status: 'duplicate' });
+    expect(await t.query(`select message_id, status from "${t.schema}".inbox`)).toEqual([{ message_id: 'ORDER-1', status: 'processed' }]);
+    expect(await t.query(`select message_id from "${t.schema}".effects`)).toEqual([{ message_id: 'order-1' }]);
+    expect(await t.query(`select message_id, attempts from "${t.schema}".inbox_attempts`)).toEqual([{ message_id: 'poison', attempts: 1 }]);
+  });
+
+  it('a handler that rewrites message.id and fails has the failure counted against the delivered id', async () => {
+    const process = withInbox(
+      async (message: InboxMessage) => {
+        message.id = 'someone-else';
+        throw new Error('boom');
+      },
+      options({ maxAttempts: 5 }),
+    );
+    expect(await process({ id: 'mine', payload: {} })).toMatchObject({ messageId: 'mine', status: 'retry', attempt: 1 });
+    expect(await t.query(`select message_id, attempts from "${t.schema}".inbox_attempts`)).toEqual([{ message_id: 'mine', attempts: 1 }]);
+  });
 });
 
 describe('options validated at construction (INVALID_OPTIONS, before anything reaches SQL)', () => {

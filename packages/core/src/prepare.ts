@@ -197,6 +197,17 @@ function describeIssues(issues: readonly unknown[]): ValidationIssue[] {
 }
 
 /** @internal True when {@link prepareMessage} already produced a final outcome. */
+/**
+ * @internal The message as the handler gets it: a copy of inboxed's own, made for each call. inboxed
+ * reads the id again after the handler (to count a failure, mark a rejection, claim a split batch's
+ * half and label its outcomes); a handler that rewrote `message.id` in place (normalising it, say)
+ * would otherwise have a split claim and commit the same message again under the new id. The
+ * payload is shared, not copied: it is never read again to decide anything.
+ */
+export function handlerCopy<TPayload>(message: InboxMessage<TPayload>): InboxMessage<TPayload> {
+  return { ...message };
+}
+
 export function isOutcome<TPayload>(value: PreparedMessage<TPayload> | InboxOutcome): value is InboxOutcome {
   return 'status' in value;
 }

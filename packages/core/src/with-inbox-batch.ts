@@ -5,7 +5,7 @@ import { recordDeadLetter as recordDeadLetterRow } from './dead-letters.js';
 import { internalFailure, outcomeOfFailure } from './failure.js';
 import { ClaimRaceError, InboxStore } from './inbox-store.js';
 import { assertHandler, resolveOptions, type InboxOptions, type ResolvedOptions } from './options.js';
-import { isOutcome, outcomeOfExisting, prepareMessage, type KnownRow, type PreparedMessage } from './prepare.js';
+import { handlerCopy, isOutcome, outcomeOfExisting, prepareMessage, type KnownRow, type PreparedMessage } from './prepare.js';
 import { rejectionReason } from './rejection.js';
 import { runHandler } from './run-handler.js';
 import { runInboxTransaction } from './transaction.js';
@@ -214,7 +214,7 @@ export function withInboxBatch<TDb extends AnyPgDatabase, TPayload = unknown>(
         if (fresh.length > 0) {
           const rejections = await runHandler(handlerScope, resolved.handlerTimeoutMs, signal, consumer, (handlerTx, deadline) =>
             handler(
-              fresh.map((slot) => slot.prepared.message),
+              fresh.map((slot) => handlerCopy(slot.prepared.message)),
               handlerTx,
               { consumer, signal: deadline },
             ),

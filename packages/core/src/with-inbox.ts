@@ -4,7 +4,7 @@ import { internalFailure, outcomeOfFailure } from './failure.js';
 import { ClaimRaceError, InboxStore } from './inbox-store.js';
 import { withLeasedInbox, type LeasedInboxHandler } from './leased/with-leased-inbox.js';
 import { assertHandler, resolveOptions, type InboxOptions, type LeasedInboxOptions, type ResolvedOptions } from './options.js';
-import { isOutcome, outcomeOfExisting, prepareMessage } from './prepare.js';
+import { handlerCopy, isOutcome, outcomeOfExisting, prepareMessage } from './prepare.js';
 import { AttemptLane, runRedelivered } from './unfinished-attempts.js';
 import { completionOf } from './handler-result.js';
 import { runInboxTransaction } from './transaction.js';
@@ -130,7 +130,7 @@ function withTransactionalInbox<TDb extends AnyPgDatabase, TPayload>(
           return outcomeOfExisting(general, message, fingerprint, existing);
         }
         const returned = await runHandler(handlerScope, resolved.handlerTimeoutMs, options?.signal, consumer, (handlerTx, signal) =>
-          handler(message, handlerTx, { consumer, attempt, signal } satisfies HandlerContext),
+          handler(handlerCopy(message), handlerTx, { consumer, attempt, signal } satisfies HandlerContext),
         );
         const completion = completionOf(returned);
         if (completion.status === 'rejected') {

@@ -5,7 +5,7 @@ import { inboxStatementFailure, infrastructureRetry, internalFailure, outcomeOfF
 import { failedWhileStopping, runWithDeadline } from '../handler-deadline.js';
 import { InboxStatementError, InboxStore } from '../inbox-store.js';
 import { resolveLeaseMs, resolveOptions, type LeasedInboxOptions, type ResolvedOptions } from '../options.js';
-import { boundedBusyDelay, isOutcome, outcomeOfExisting, prepareMessage } from '../prepare.js';
+import { boundedBusyDelay, handlerCopy, isOutcome, outcomeOfExisting, prepareMessage } from '../prepare.js';
 import { completionOf, type Completion } from '../handler-result.js';
 import { parseStoredResult, type StoredResult } from '../stored-result.js';
 import { bodyFailure, claimFailure, type TransactionFailure } from '../transaction-failures.js';
@@ -161,7 +161,7 @@ export function withLeasedInbox<TDb extends AnyPgDatabase, TPayload>(
           resolved.handlerTimeoutMs,
           processOptions?.signal === undefined ? lease.signal : AbortSignal.any([lease.signal, processOptions.signal]),
           async (signal) =>
-            handler(message as InboxMessage<TPayload>, {
+            handler(handlerCopy(message as InboxMessage<TPayload>), {
               consumer,
               attempt,
               signal,
