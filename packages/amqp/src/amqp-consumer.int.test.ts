@@ -3,6 +3,7 @@ import { DeadLetterHeaders } from '@inboxed/core/adapter';
 import { createOutcomeRecorder } from '@inboxed/core/testing';
 import { createTestDatabase, waitFor } from '@inboxed/test-support';
 import net from 'node:net';
+import { setTimeout as sleep } from 'node:timers/promises';
 import amqp from 'amqplib';
 import { drizzle } from 'drizzle-orm/node-postgres';
 import pg from 'pg';
@@ -246,6 +247,28 @@ describe('createAmqpConsumer: RabbitMQ specifics', () => {
       for (const socket of sockets) socket.destroy();
       await new Promise((resolve) => silent.close(resolve));
     }
+  });
+
+  it('stop() during start(): what the abandoned session received is given back, nothing stays in flight, and the next stop does not wait', async () => {
+    for (let i = 0; i < 50; i++) await k.h.publishRaw({ n: i }, { messageId: `m-${i}` });
+    const consumer = k.consume(k.processor(), { stopTimeoutMs: 1500 });
+    const errors: InboxError[] = [];
+    consumer.on('error', (error) => errors.push(error as InboxError));
+    // The session start() opens anyway consumes before it is closed: what it gets after the stop
+    // signal fired is held, then must be forgotten with its channel.
+    const starting = consumer.start().catch((error: InboxError) => error.code);
+    const stopping = consumer.stop();
+    expect(await starting).toBe('AMQP_CONNECT_FAILED');
+    await stopping;
+    // The abandoned session opens, consumes and is closed in the background: let it.
+    await sleep(1_000);
+    expect(consumer.status().inFlight).toBe(0);
+    await consumer.start();
+    await waitFor('every message processed once', async () => (await k.effectsPerMessage()).size === 50, 20_000);
+    expect([...(await k.effectsPerMessage()).values()].every((n) => n === 1)).toBe(true);
+    await consumer.stop();
+    expect(errors.filter((error) => error.code === InboxErrorCodes.STOP_TIMEOUT)).toEqual([]);
+    expect(consumer.status().inFlight).toBe(0);
   });
 });
 

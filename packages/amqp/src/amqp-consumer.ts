@@ -97,6 +97,14 @@ export function createAmqpConsumer(options: AmqpConsumerOptions): InboxConsumer 
       }),
     );
 
+  /**
+   * Closes a session stop() abandoned while it opened. It consumed meanwhile, and what it received
+   * after the stop signal fired is held (see amqp-deliveries.ts), counted in flight: its channel,
+   * closed, gives those back to the broker, and they are forgotten, or every later stop() would wait
+   * for them until stopTimeoutMs.
+   */
+  const closeUnseen = (session: Session): Promise<void> => closeSession(session).finally(() => session.handler.discard());
+
   /** Reopens the session with backoff until it works or the consumer stops (then `undefined`). */
   async function reopen(signal: AbortSignal): Promise<Session | undefined> {
     for (let attempt = 1; !signal.aborted; attempt++) {
@@ -109,7 +117,7 @@ export function createAmqpConsumer(options: AmqpConsumerOptions): InboxConsumer 
         const session = await Promise.race([opening, stop.promise]).finally(stop.release);
         if (session === 'aborted' || signal.aborted) {
           // stop() began while this attempt was connecting: whatever it opens is closed, unseen.
-          void opening.then(closeSession, () => undefined);
+          void opening.then(closeUnseen, () => undefined);
           return undefined;
         }
         current = session;
@@ -183,7 +191,7 @@ export function createAmqpConsumer(options: AmqpConsumerOptions): InboxConsumer 
         }
         if (session === 'aborted') {
           // stop() was called while the broker had not answered yet: whatever opens is closed, unseen.
-          void opening.then(closeSession, () => undefined);
+          void opening.then(closeUnseen, () => undefined);
           throw toAmqpError(AmqpErrorCodes.CONNECT_FAILED, `start of ${topology.queue} abandoned: stop() was called before the broker answered`, undefined, {
             details: { queue: topology.queue },
           });

@@ -67,8 +67,8 @@ export function createDeliveryHandler(context: DeliveryHandlerContext): Delivery
       return channelAcks.ack(delivery);
     },
     requeue(delivery) {
+      channelAcks.requeue(delivery); // throws, unsent, when the channel is gone
       sent.set(delivery, 'requeued');
-      channelAcks.requeue(delivery);
     },
   };
   const settle = createSettlement({
@@ -141,7 +141,15 @@ export function createDeliveryHandler(context: DeliveryHandlerContext): Delivery
       { queue: context.topology.queue, deliveries: entries.length },
       `${entries.length} deliver${entries.length === 1 ? 'y' : 'ies'} received after the stop signal fired: requeued, not processed`,
     );
-    return Promise.all(entries.map(({ entry, finish }) => finish(Promise.resolve().then(() => acks.requeue(entry.delivery))))).then(() => undefined);
+    const requeue = (entry: MessageEntry) => {
+      try {
+        acks.requeue(entry.delivery);
+      } catch (error) {
+        // Its channel is gone (a connection lost during the stop): the broker has it back already.
+        events.emit('error', toAmqpError(AmqpErrorCodes.ACK_FAILED, 'requeue failed; the broker will redeliver', error, { messageIds: [entry.message.id] }));
+      }
+    };
+    return Promise.all(entries.map(({ entry, finish }) => finish(Promise.resolve().then(() => requeue(entry))))).then(() => undefined);
   }
 
   /** Runs the processor once for `entries`; each entry's settle is its own task (so in flight is counted per delivery). */

@@ -104,6 +104,33 @@ describe('createAmqpMessageHandler in a hand-written channel.consume loop', () =
     }
   });
 
+  it('a held delivery whose channel closed before the drain is reported as a refused requeue; the broker has it back', async () => {
+    const connection = await amqp.connect(k.h.url);
+    try {
+      const channel = await topologyChannel(connection);
+      const stopping = new AbortController();
+      stopping.abort();
+      const onMessage = createAmqpMessageHandler(channel, k.processor(), { queue: k.h.queue, retryDelaysMs: HARNESS_RETRY_DELAYS_MS, signal: stopping.signal });
+      const errors: InboxError[] = [];
+      onMessage.on('error', (error) => errors.push(error));
+      await k.h.publish([{ id: 'late-1', payload: {} }]);
+      let deliveries = 0;
+      await channel.consume(k.h.queue, (delivery) => {
+        deliveries++;
+        onMessage(delivery);
+      });
+      await waitFor('the delivery arrived', async () => deliveries >= 1);
+      await channel.close(); // lost with the connection, say
+      expect(await onMessage.drain(5000)).toBe(0);
+      // Not "a settle threw unexpectedly; it had already been requeued": neither is true.
+      expect(errors.map((error) => [error.code, error.messageIds])).toEqual([['AMQP_ACK_FAILED', ['late-1']]]);
+      expect(errors[0]!.message).toMatch(/^requeue failed; the broker will redeliver: .*Channel closed/);
+      expect(await k.h.depth()).toBe(1);
+    } finally {
+      await connection.close();
+    }
+  });
+
   it('needs a confirm channel to publish retry and dead-letter copies', async () => {
     const connection = await amqp.connect(k.h.url);
     try {

@@ -142,7 +142,7 @@ export async function openSession(config: SessionConfig, createHandler: (channel
   }
 }
 
-/** @internal Cancels the subscription: no new deliveries after cancel-ok; those received are finished. */
+/** @internal Cancels the subscription: no new deliveries after cancel-ok; those received are finished by the drain (run, or requeued unstarted once the stop signal fired). */
 export async function cancelSession(session: Session): Promise<void> {
   await quietly(() => session.consumeChannel.cancel(session.consumerTag));
 }
