@@ -106,12 +106,14 @@ export function isReadOnlyRefusal(error: unknown): boolean {
 }
 
 /**
- * True when PostgreSQL ended the session because it sat idle inside the transaction longer than
- * `idle_in_transaction_session_timeout` (SQLSTATE 25P03): the handler held the inbox transaction
- * open while waiting on something else. That is the handler's doing, not an outage.
+ * True when PostgreSQL ended the session because of how long the handler held the inbox transaction:
+ * idle inside it longer than `idle_in_transaction_session_timeout` (SQLSTATE 25P03, waiting on
+ * something else with the transaction open), or open longer than `transaction_timeout` (25P04,
+ * PostgreSQL 17+, whatever it was doing). That is the handler's doing, not an outage: counted, so a
+ * handler that always outlasts the limit ends dead-lettered rather than retried for ever.
  */
-export function isIdleInTransactionTimeout(error: unknown): boolean {
-  for (const link of causeChain(error)) if (link.code === '25P03') return true;
+export function isTransactionTimeout(error: unknown): boolean {
+  for (const link of causeChain(error)) if (link.code === '25P03' || link.code === '25P04') return true;
   return false;
 }
 

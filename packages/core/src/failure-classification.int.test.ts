@@ -1,5 +1,5 @@
 import net from 'node:net';
-import { DRIVERS, type TestDatabase } from '@inboxed/test-support';
+import { DRIVERS, POSTGRES_JS_MAJOR, type TestDatabase } from '@inboxed/test-support';
 import { sql } from 'drizzle-orm';
 import { beforeEach, describe, expect, it } from 'vitest';
 import { useMigratedDatabase } from './__tests__/migrated-database.js';
@@ -283,6 +283,28 @@ describe.each(DRIVERS)('what counts as whose failure, on %s', (driver) => {
       const first = await process({ id: 'idle', payload: {} });
       expect(first).toMatchObject({ status: 'retry', reason: 'handler-failed', attempt: 1 });
       expect((await attempts())[0]).toMatchObject({ message_id: 'idle', attempts: 1 });
+      expect(await t.countEffects()).toBe(0);
+    });
+  }
+
+  if (driver === 'node-postgres' || (driver === 'postgres-js' && POSTGRES_JS_MAJOR >= 4)) {
+    // postgres-js 3 drops the server's FATAL even with a statement running, so there the ended
+    // session looks like any other lost connection (an outage, documented); 4.x reports 25P04.
+    it('a handler that outlasts transaction_timeout (PostgreSQL 17+) is counted and ends dead-lettered, not retried for ever as an outage', async () => {
+      // PostgreSQL ends the whole session (FATAL 25P04), as a lost connection would end it; a DBA's
+      // transaction_timeout and a slow handler made every delivery an uncounted outage retry. Before
+      // 17 the setting does not exist: the same statement fails, and is counted just the same.
+      const [{ major }] = await t.query<{ major: number }>(`select current_setting('server_version_num')::int / 10000 as major`);
+      const process = withInbox(async (message: InboxMessage, tx: any) => {
+        await tx.insert(t.effects).values({ messageId: message.id });
+        await tx.execute(sql`set local transaction_timeout = 100`);
+        await tx.execute(sql`select pg_sleep(1)`);
+      }, options());
+      const first = await process({ id: 'slow', payload: {} });
+      expect(first).toMatchObject({ status: 'retry', reason: 'handler-failed', attempt: 1 });
+      expect(first.error?.message).toContain(major >= 17 ? '25P04' : '42704');
+      expect((await attempts())[0]).toMatchObject({ message_id: 'slow', attempts: 1 });
+      expect(await process({ id: 'slow', payload: {} })).toMatchObject({ status: 'dead-letter', reason: 'max-attempts-exceeded' });
       expect(await t.countEffects()).toBe(0);
     });
   }

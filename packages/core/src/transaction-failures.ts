@@ -1,4 +1,4 @@
-import { classifyDatabaseError, isConnectionFailure, isIdleInTransactionTimeout, isInFailedTransaction } from './database-errors.js';
+import { classifyDatabaseError, isConnectionFailure, isTransactionTimeout, isInFailedTransaction } from './database-errors.js';
 import { describeError } from './error-text.js';
 import { InboxErrorCodes, isInboxError } from './errors.js';
 import { FailedWhileStopping } from './handler-deadline.js';
@@ -111,11 +111,11 @@ function afterHandlerFailure(error: unknown): TransactionFailure {
 
 /**
  * @internal The inbox connection broke while `error` happened: an outage, unless PostgreSQL closed
- * the session because the handler held the transaction idle longer than
- * `idle_in_transaction_session_timeout`, which is the handler's doing and is counted.
+ * the session because the handler held the transaction too long (`idle_in_transaction_session_timeout`,
+ * `transaction_timeout`), which is the handler's doing and is counted.
  */
 export function brokenConnectionFailure(error: unknown, connectionProblem: unknown): TransactionFailure {
-  if (isIdleInTransactionTimeout(connectionProblem) || isIdleInTransactionTimeout(error)) return { kind: 'handler', error };
+  if (isTransactionTimeout(connectionProblem) || isTransactionTimeout(error)) return { kind: 'handler', error };
   return { kind: 'outage', error: connectionProblem };
 }
 
