@@ -294,7 +294,7 @@ describe.each(DRIVERS)('what counts as whose failure, on %s', (driver) => {
       // PostgreSQL ends the whole session (FATAL 25P04), as a lost connection would end it; a DBA's
       // transaction_timeout and a slow handler made every delivery an uncounted outage retry. Before
       // 17 the setting does not exist: the same statement fails, and is counted just the same.
-      const [{ major }] = await t.query<{ major: number }>(`select current_setting('server_version_num')::int / 10000 as major`);
+      const major = (await t.query<{ major: number }>(`select current_setting('server_version_num')::int / 10000 as major`))[0]!.major;
       const process = withInbox(async (message: InboxMessage, tx: any) => {
         await tx.insert(t.effects).values({ messageId: message.id });
         await tx.execute(sql`set local transaction_timeout = 100`);
