@@ -135,6 +135,66 @@ describe.each(DRIVERS)('handlerTimeoutMs on %s', (driver) => {
     expect(await t.countEffects()).toBe(0);
   });
 
+  it('a batch that failed just before the stop starts no split after it: retried whole, uncounted, no handler run with a fired signal', async () => {
+    const calls: string[][] = [];
+    const stop = new AbortController();
+    const process = withInboxBatch(async (messages: InboxMessage[], tx: any) => {
+      calls.push(messages.map((m) => m.id));
+      await tx.insert(t.effects).values(messages.map((m) => ({ messageId: m.id })));
+      if (messages.some((m) => m.id === 'poison')) {
+        globalThis.process.nextTick(() => stop.abort()); // the stop comes right after this failure
+        throw new Error('poison');
+      }
+    }, database.options());
+    const outcomes = await process(
+      ['a', 'poison', 'b'].map((id) => ({ id, payload: {} })),
+      { signal: stop.signal },
+    );
+    // Before, the halves ran after the stop, and the poison's real failure there was uncounted anyway.
+    expect(calls).toEqual([['a', 'poison', 'b']]);
+    expect(outcomes.map((o) => [o.messageId, o.status, o.reason, o.error?.code])).toEqual([
+      ['a', 'retry', 'consumer-stopping', InboxErrorCodes.CONSUMER_STOPPING],
+      ['poison', 'retry', 'consumer-stopping', InboxErrorCodes.CONSUMER_STOPPING],
+      ['b', 'retry', 'consumer-stopping', InboxErrorCodes.CONSUMER_STOPPING],
+    ]);
+    expect(await attempts()).toEqual([]);
+    expect(await t.countEffects()).toBe(0);
+    // The next consumer isolates the poison and counts it.
+    const next = await process(['a', 'poison', 'b'].map((id) => ({ id, payload: {} })));
+    expect(next.map((o) => [o.messageId, o.status])).toEqual([
+      ['a', 'processed'],
+      ['poison', 'retry'],
+      ['b', 'processed'],
+    ]);
+    expect(await attempts()).toEqual([{ attempts: 1, last_error_code: InboxErrorCodes.HANDLER_FAILED }]);
+  });
+
+  it('a suspect waiting for its turn after the stop is not started: retried uncounted, its neighbours before it kept', async () => {
+    const stop = new AbortController();
+    await t.query(
+      `insert into "${t.schema}".inbox_attempts (consumer, message_id, attempts, last_error_code) values ('${database.options().consumer}', 's', 1, 'HANDLER_FAILED')`,
+    );
+    const calls: string[][] = [];
+    const process = withInboxBatch(async (messages: InboxMessage[], tx: any) => {
+      calls.push(messages.map((m) => m.id));
+      await tx.insert(t.effects).values(messages.map((m) => ({ messageId: m.id })));
+      stop.abort(); // the stop comes while the first transaction runs
+    }, database.options());
+    const outcomes = await process(
+      [
+        { id: 'a', payload: {} },
+        { id: 's', payload: {}, redelivered: true },
+      ],
+      { signal: stop.signal },
+    );
+    expect(calls).toEqual([['a']]);
+    expect(outcomes.map((o) => [o.messageId, o.status, o.reason])).toEqual([
+      ['a', 'processed', undefined],
+      ['s', 'retry', 'consumer-stopping'],
+    ]);
+    expect(await attempts()).toEqual([{ attempts: 1, last_error_code: InboxErrorCodes.HANDLER_FAILED }]);
+  });
+
   it('a handler that ignores the stop and runs past handlerTimeoutMs is still a counted HANDLER_TIMEOUT', async () => {
     const process = withInbox(
       async () => {

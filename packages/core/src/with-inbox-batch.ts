@@ -56,7 +56,7 @@ interface Slot<TPayload> {
   countedAhead?: boolean;
 }
 
-/** One processor call: the consumer's stop signal, and the heartbeat between its transactions. */
+/** One processor call: the consumer's stop signal, and the heartbeat between its transactions (which also stops the call once that signal fired). */
 interface Call {
   signal: AbortSignal | undefined;
   beat: () => Promise<void>;
@@ -78,6 +78,31 @@ function notRunAfterHeartbeat(options: ResolvedOptions<AnyPgDatabase, unknown>, 
     ...outcome,
     error: new InboxError(InboxErrorCodes.INTERNAL_ERROR, `not run: the call's heartbeat failed before its turn (${describeError(original)})`, {
       cause: original,
+      messageIds: [outcome.messageId],
+    }),
+  };
+}
+
+/**
+ * The caller's stop signal fired between two transactions of one call (a split's halves, a
+ * suspect's turn): the call starts no more. A handler started then would get a signal already
+ * fired, so its failure, real or not, could not be counted; the batch failure that led to a split
+ * is not any one message's until it is isolated.
+ */
+class StoppedBetweenTransactions extends Error {
+  constructor() {
+    super('the consumer began to stop before this message ran');
+    this.name = 'StoppedBetweenTransactions';
+  }
+}
+
+/** A message a call did not run because the consumer began to stop first: retried, not counted. */
+function notRunAfterStop(options: ResolvedOptions<AnyPgDatabase, unknown>, delivery: unknown, error: unknown): InboxOutcome {
+  const outcome = internalFailure(options, delivery, error);
+  return {
+    ...outcome,
+    reason: OutcomeReasons.CONSUMER_STOPPING,
+    error: new InboxError(InboxErrorCodes.CONSUMER_STOPPING, 'not run: the consumer began to stop before its turn in the call', {
       messageIds: [outcome.messageId],
     }),
   };
@@ -384,6 +409,7 @@ export function withInboxBatch<TDb extends AnyPgDatabase, TPayload = unknown>(
     const outcomes: (InboxOutcome | undefined)[] = new Array(deliveries.length);
     const heartbeat = options?.heartbeat;
     const beat = async () => {
+      if (options?.signal?.aborted === true) throw new StoppedBetweenTransactions();
       if (heartbeat === undefined) return;
       try {
         await heartbeat();
@@ -395,7 +421,7 @@ export function withInboxBatch<TDb extends AnyPgDatabase, TPayload = unknown>(
       await process(deliveries, outcomes, { signal: options?.signal, beat });
     } catch (error) {
       // Outcomes already decided (some sub-batches may have committed) are kept; only the rest are retried.
-      const notRun = error instanceof HeartbeatFailed ? notRunAfterHeartbeat : internalFailure;
+      const notRun = error instanceof HeartbeatFailed ? notRunAfterHeartbeat : error instanceof StoppedBetweenTransactions ? notRunAfterStop : internalFailure;
       for (let index = 0; index < deliveries.length; index++) outcomes[index] ??= notRun(general, deliveries[index], error);
     }
     return outcomes as InboxOutcome[];
