@@ -33,7 +33,8 @@ export interface TransactionPlan<TDb extends AnyPgDatabase, T> {
   body: (tx: TransactionOf<TDb>, claimed: Set<string>, handler: HandlerScope<TDb>) => Promise<T>;
   /**
    * `probe`: a claim made only to wait for a copy that holds it; the body throws
-   * {@link RollbackOnPurpose}, so it never commits (telemetry says `probe`, `rolled-back`).
+   * {@link RollbackOnPurpose}, so it never commits (telemetry says `probe`, `rolled-back`; or the
+   * failure kind, `busy` or `outage`, when the claim could not be waited out).
    */
   operation?: 'probe';
 }

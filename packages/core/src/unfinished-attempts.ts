@@ -158,10 +158,11 @@ async function attempt(
  * message into the dead-letter target that the other copy commits. So this copy first waits for a
  * claim held on the id, as a claim would: committed, it is a duplicate (or a conflict), judged as
  * usual; rolled back or none, the attempts are spent. Either way this attempt does not run, so its
- * count is taken back. Left open: a copy that counted but has not sent its claim yet is not waited
- * for. That gap is one statement long (a batch counts its first-time redeliveries just before the
- * transaction they run in), longer only while that transaction waits for a pool connection. A spent
- * copy arriving then is still dead-lettered beside a copy that commits (nothing is lost or applied twice).
+ * count is taken back. Left open: a copy that counted but holds no claim at this moment is not
+ * waited for: one that has not sent its claim yet (a statement apart, longer while its transaction
+ * waits for a pool connection or its batch's claim waits on another id), or whose batch rolled back
+ * and claims again after a split. A spent copy arriving then is still dead-lettered beside a copy
+ * that commits (nothing is lost or applied twice; replayed, it is a duplicate).
  */
 async function spentUnlessClaimed(
   options: ResolvedOptions<AnyPgDatabase, unknown>,
