@@ -183,6 +183,21 @@ describe.each(DRIVERS)('transaction integrity on %s', (driver) => {
     expect(await t.countEffects()).toBe(0);
   });
 
+  it('the client behind tx hands out no raw connection and no switch of its guard, so nothing gets past it', async () => {
+    // A raw handle would let a statement deleting the inbox row run behind the completion check
+    // (processed, the effect committed, the row gone: the redelivery ran again), or reopen the gate.
+    let reachable: Record<string, unknown> | undefined;
+    const process = withInbox(async (message: InboxMessage, tx: any) => {
+      await tx.insert(t.effects).values({ messageId: message.id });
+      const client = tx.session.client;
+      reachable = Object.fromEntries(
+        [...Object.getOwnPropertyNames(client), ...Object.keys(client)].map((name) => [name, typeof client[name]]).filter(([, type]) => type !== 'function'),
+      );
+    }, options());
+    expect(await process({ id: 'reach', payload: {} })).toMatchObject({ status: 'processed' });
+    expect(reachable).toEqual({});
+  });
+
   it('a failure caught inside a nested transaction (savepoint) is fine: processed', async () => {
     const process = withInbox(async (message: InboxMessage, tx: any) => {
       await tx.insert(t.effects).values({ id: 1, messageId: message.id });

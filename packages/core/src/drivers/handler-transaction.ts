@@ -192,17 +192,28 @@ function refusedQuery(error: InboxError): PromiseLike<never> {
  * is refused too, while cursors and `describe()` keep postgres-js's own timing.
  */
 class GuardedScopedSql {
-  constructor(
-    private readonly scoped: ScopedSql,
-    private readonly state: GuardState,
-  ) {}
+  // True private fields, not TypeScript's `private`: the handler reaches this object as
+  // `tx.session.client`, and a plain property would hand it the transaction's raw postgres-js handle
+  // (whose statements pass no guard, and in 4.x its own rollback/prepare) or the gate's switch.
+  readonly #scoped: ScopedSql;
+  readonly #state: GuardState;
+
+  constructor(scoped: ScopedSql, state: GuardState) {
+    this.#scoped = scoped;
+    this.#state = state;
+  }
+
+  /** @internal For tests only: the raw transaction handle, standing for a path past the guard. */
+  static unguarded(guarded: GuardedScopedSql): ScopedSql {
+    return guarded.#scoped;
+  }
 
   unsafe(...args: unknown[]): unknown {
-    const refused = this.state.check(args[0]);
+    const state = this.#state;
+    const refused = state.check(args[0]);
     if (refused !== undefined) return refusedQuery(refused);
-    const query = this.scoped.unsafe(...args);
+    const query = this.#scoped.unsafe(...args);
     const send = query.handler;
-    const { state } = this;
     const sendTracked = (sent: PostgresJsQuery) => {
       state.sending(sent);
       return send(sent);
@@ -220,25 +231,35 @@ class GuardedScopedSql {
   }
 
   savepoint(...args: unknown[]): PromiseLike<unknown> {
-    if (this.state.closed) return refusedQuery(lateStatementRefused());
+    const state = this.#state;
+    if (state.closed) return refusedQuery(lateStatementRefused());
     const work = args[args.length - 1] as (nested: unknown) => unknown;
-    const savepoint = this.scoped.savepoint(...args.slice(0, -1), (nested: ScopedSql) => work(new GuardedScopedSql(nested, this.state)));
-    this.state.track(savepoint);
+    const savepoint = this.#scoped.savepoint(...args.slice(0, -1), (nested: ScopedSql) => work(new GuardedScopedSql(nested, state)));
+    state.track(savepoint);
     return savepoint;
   }
 }
 
+/** @internal For tests only: the raw postgres-js transaction handle behind a handler's `tx.session.client`. */
+export function unguardedPostgresJs(client: unknown): unknown {
+  return client instanceof GuardedScopedSql ? GuardedScopedSql.unguarded(client) : undefined;
+}
+
 /** PGlite: its savepoints are statements too (Drizzle sends them through `query`). */
 class GuardedPgliteTransaction {
-  constructor(
-    private readonly transaction: PgliteTransaction,
-    private readonly state: GuardState,
-  ) {}
+  // True private fields: see GuardedScopedSql.
+  readonly #transaction: PgliteTransaction;
+  readonly #state: GuardState;
+
+  constructor(transaction: PgliteTransaction, state: GuardState) {
+    this.#transaction = transaction;
+    this.#state = state;
+  }
 
   query(...args: unknown[]): Promise<unknown> {
-    const refused = this.state.check(args[0]);
+    const refused = this.#state.check(args[0]);
     if (refused !== undefined) return Promise.reject(refused);
-    return this.transaction.query(...args);
+    return this.#transaction.query(...args);
   }
 }
 

@@ -100,25 +100,36 @@ function firstOf(rollbackError: unknown, connectionProblem: unknown): unknown {
  * megamorphic, for every user of the pool.
  */
 class ObservedClient {
-  readonly gate = new StatementGate();
+  // True private fields, not TypeScript's `private`: the handler reaches this object as
+  // `tx.session.client`, and a plain property would hand it the raw pooled connection (whose
+  // statements pass no guard and still run after inboxed's COMMIT) or the gate's switch.
+  readonly #gate = new StatementGate();
+  readonly #client: PgPoolClient;
+  readonly #onFailure: (error: unknown) => void;
 
-  constructor(
-    private readonly client: PgPoolClient,
-    private readonly onFailure: (error: unknown) => void,
-  ) {}
+  constructor(client: PgPoolClient, onFailure: (error: unknown) => void) {
+    this.#client = client;
+    this.#onFailure = onFailure;
+  }
 
   query(...args: unknown[]): unknown {
-    const refused = this.gate.check(args[0]);
+    const refused = this.#gate.check(args[0]);
     if (refused !== undefined) return refuseStatement(args, refused);
     const config = args[0] as { submit?: unknown; handleError?: unknown } | null | undefined;
     if (typeof config?.submit === 'function') return refuseSubmittable(config);
-    const result = (this.client.query as (...a: unknown[]) => unknown).apply(this.client, args);
-    if (typeof (result as Promise<unknown> | undefined)?.then === 'function') (result as Promise<unknown>).then(undefined, this.onFailure);
+    const client = this.#client;
+    const result = (client.query as (...a: unknown[]) => unknown).apply(client, args);
+    if (typeof (result as Promise<unknown> | undefined)?.then === 'function') (result as Promise<unknown>).then(undefined, this.#onFailure);
     return result;
   }
 
+  /** The first statement refused for ending the transaction, if any. */
+  refusal(): InboxError | undefined {
+    return this.#gate.refusal;
+  }
+
   close(): void {
-    this.gate.closed = true;
+    this.#gate.closed = true;
   }
 }
 
@@ -222,7 +233,7 @@ export async function nodePostgresTransaction<TDb extends AnyPgDatabase, T>(
     const handler: HandlerScope<TDb> = {
       tx: transactionOver(handlerClient) as TransactionOf<TDb>,
       end: async () => handlerClient.close(),
-      refusal: () => handlerClient.gate.refusal,
+      refusal: () => handlerClient.refusal(),
       // A handler past its deadline that ignores its signal: cut the connection under it, so its
       // later statements fail instead of running on a connection the pool hands to someone else.
       // Cutting it does not stop a statement the server is running for the handler (a lock wait, a

@@ -14,6 +14,7 @@ import { migrate } from '../migrations/migrate.js';
 import type { InboxMessage } from '../types.js';
 import { withInbox } from '../with-inbox.js';
 import { withInboxBatch } from '../with-inbox-batch.js';
+import { unguardedPostgresJs } from './handler-transaction.js';
 
 /**
  * postgres-js pipelines statements and resolves a transaction when COMMIT answers, whatever the
@@ -51,7 +52,7 @@ describe('postgres-js: COMMIT answered with ROLLBACK, and client settings inboxe
    * test), so this stands for any path the guard does not cover, to test the look after COMMIT.
    */
   const failingPastTheGuard = (tx: any, messageId: string) => {
-    const scoped = tx.session.client.scoped;
+    const scoped = unguardedPostgresJs(tx.session.client) as any;
     scoped
       .unsafe('select 1')
       .then(() => scoped.unsafe(`insert into "${t.schema}".effects (id, message_id) values (1, 'audit-${messageId}')`))
