@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { classifyDatabaseError } from './database-errors.js';
+import { classifyDatabaseError, isInFailedTransaction, isTransactionTimeout } from './database-errors.js';
 
 const withCode = (code: string) => Object.assign(new Error('x'), { code });
 
@@ -14,6 +14,7 @@ describe('classifyDatabaseError', () => {
     ['57014', 'unavailable'],
     ['ECONNREFUSED', 'unavailable'],
     ['CONNECTION_CLOSED', 'unavailable'],
+    ['QUEUE_TIMEOUT', 'unavailable'],
   ])('code %s is %s', (code, kind) => {
     expect(classifyDatabaseError(withCode(code))).toBe(kind);
   });
@@ -35,5 +36,17 @@ describe('classifyDatabaseError', () => {
     expect(classifyDatabaseError(withCode('23505'))).toBeUndefined();
     expect(classifyDatabaseError(new TypeError('x is undefined'))).toBeUndefined();
     expect(classifyDatabaseError('a string')).toBeUndefined();
+  });
+
+  it('an aborted transaction is 25P02, or postgres-js 4 saying COMMIT was answered with ROLLBACK', () => {
+    expect(isInFailedTransaction(withCode('25P02'))).toBe(true);
+    expect(isInFailedTransaction(new Error('Failed query: commit', { cause: withCode('TRANSACTION_ROLLED_BACK') }))).toBe(true);
+    expect(isInFailedTransaction(withCode('23505'))).toBe(false);
+  });
+
+  it("the session ended for the handler's transaction time is 25P03 or 25P04, nothing else", () => {
+    expect(isTransactionTimeout(withCode('25P03'))).toBe(true);
+    expect(isTransactionTimeout(new Error('Failed query', { cause: withCode('25P04') }))).toBe(true);
+    expect(isTransactionTimeout(withCode('57P01'))).toBe(false);
   });
 });

@@ -37,6 +37,7 @@ const UNAVAILABLE_NODE_CODES = new Set([
   'CONNECTION_ENDED',
   'CONNECTION_DESTROYED',
   'CONNECT_TIMEOUT',
+  'QUEUE_TIMEOUT', // 4.x: no pool connection within queue_timeout, like node-postgres' connectionTimeoutMillis
 ]);
 const UNAVAILABLE_MESSAGES = [
   /connection terminated/i, // node-postgres: server went away mid-query
