@@ -11,8 +11,11 @@ import { CLAIM_LOST_MARKER, ClaimRaceError, InboxStatementError } from './inbox-
  * ECONNREFUSED is not a database outage). Only `counted` kinds add to a message's attempts.
  */
 export type TransactionFailure =
-  /** The inbox's connection or database is unavailable. Not counted. */
-  | { kind: 'outage'; error: unknown }
+  /**
+   * The inbox's connection or database is unavailable. Not counted. `underHandler` when the
+   * connection broke while the handler ran: a batch is split on it (see `withInboxBatch`).
+   */
+  | { kind: 'outage'; error: unknown; underHandler?: true }
   /** The claim waited longer than its lock timeout on a concurrent copy. Not counted. */
   | { kind: 'busy'; error: unknown }
   /** The inbox tables are missing (or lack a column). Not counted. */
@@ -116,7 +119,7 @@ function afterHandlerFailure(error: unknown): TransactionFailure {
  */
 export function brokenConnectionFailure(error: unknown, connectionProblem: unknown): TransactionFailure {
   if (isTransactionTimeout(connectionProblem) || isTransactionTimeout(error)) return { kind: 'handler', error };
-  return { kind: 'outage', error: connectionProblem };
+  return { kind: 'outage', error: connectionProblem, underHandler: true };
 }
 
 /**

@@ -268,9 +268,10 @@ export function withInboxBatch<TDb extends AnyPgDatabase, TPayload = unknown>(
   }
 
   /**
-   * Processes `slots`, splitting on a handler's failure until the failing message stands alone, and
-   * on a busy claim until the busy id stands alone (within one more `lockTimeoutMs` of waiting).
-   * An outage or a missing table is nobody's fault: splitting would only repeat it per message.
+   * Processes `slots`, splitting on a handler's failure until the failing message stands alone, on a
+   * session that broke under the handler likewise, and on a busy claim until the busy id stands
+   * alone (within one more `lockTimeoutMs` of waiting). Any other outage, or a missing table, is
+   * nobody's fault: splitting would only repeat it per message.
    */
   async function isolate(
     slots: Slot<TPayload>[],
@@ -289,7 +290,11 @@ export function withInboxBatch<TDb extends AnyPgDatabase, TPayload = unknown>(
       wait.busyUntil = Date.now() + (resolved.lockTimeoutMs ?? SPLIT_BUDGET_WITHOUT_LOCK_TIMEOUT_MS);
       if (wait.lockTimeoutMs !== null) wait.lockTimeoutMs = Math.min(wait.lockTimeoutMs, SPLIT_LOCK_WAIT_MS);
     }
-    const split = isCounted(failure) || (failure.kind === 'busy' && Date.now() < wait.busyUntil!);
+    // A session that broke under the handler may be one message's doing (a statement that ends its
+    // backend), so it splits too: the neighbours commit, and the culprit ends alone, uncounted like
+    // any outage. In a real outage the halves fail at their claims, which do not split further.
+    const brokeUnderHandler = failure.kind === 'outage' && failure.underHandler === true;
+    const split = isCounted(failure) || brokeUnderHandler || (failure.kind === 'busy' && Date.now() < wait.busyUntil!);
     if (slots.length === 1 || !split) {
       for (const slot of slots) into[slot.index] = await outcomeOfFailure(general, store, slot.prepared.message, failure, slot.countedAhead === true);
       return;
