@@ -196,7 +196,6 @@ function describeIssues(issues: readonly unknown[]): ValidationIssue[] {
   });
 }
 
-/** @internal True when {@link prepareMessage} already produced a final outcome. */
 /**
  * @internal The message as the handler gets it: a copy of inboxed's own, made for each call. inboxed
  * reads the id again after the handler (to count a failure, mark a rejection, claim a split batch's
@@ -208,6 +207,7 @@ export function handlerCopy<TPayload>(message: InboxMessage<TPayload>): InboxMes
   return { ...message };
 }
 
+/** @internal True when {@link prepareMessage} already produced a final outcome. */
 export function isOutcome<TPayload>(value: PreparedMessage<TPayload> | InboxOutcome): value is InboxOutcome {
   return 'status' in value;
 }
