@@ -93,6 +93,22 @@ await pool.end();
 console.log(JSON.stringify(seen));
 `;
 
+/**
+ * Every public entry point, type-only: checked with `skipLibCheck: false` below, so a declaration
+ * file that names something the build stripped (`@internal`) shows up as the user with that
+ * setting would see it.
+ */
+const ENTRIES = `export type * as core from '@inboxed/core';
+export type * as schema from '@inboxed/core/schema';
+export type * as adapter from '@inboxed/core/adapter';
+export type * as testing from '@inboxed/core/testing';
+export type * as admin from '@inboxed/core/admin';
+export type * as amqp from '@inboxed/amqp';
+export type * as kafka from '@inboxed/kafka';
+export type * as sqs from '@inboxed/sqs';
+export type * as cli from '@inboxed/cli';
+`;
+
 let app: string;
 let admin: pg.Client;
 const schema = uniqueName('oldest');
@@ -117,6 +133,11 @@ beforeAll(async () => {
     }),
   );
   writeFileSync(join(app, 'app.ts'), APP);
+  writeFileSync(join(app, 'entries.ts'), ENTRIES);
+  writeFileSync(
+    join(app, 'tsconfig.libcheck.json'),
+    JSON.stringify({ extends: './tsconfig.json', compilerOptions: { skipLibCheck: false, noEmit: true }, include: ['entries.ts'] }),
+  );
   const peers = Object.entries(OLDEST).map(([name, version]) => `${name}@${version}`);
   const tarballs = Object.values(inject('tarballs'));
   await mustRun('npm', ['install', '--no-audit', '--no-fund', '--loglevel=error', ...tarballs, ...peers, '@types/node@^20.19.0'], {
@@ -154,5 +175,15 @@ describe('the oldest supported peers, installed next to the tarballs', () => {
     expect(run.code, transcript(run)).toBe(0);
     const seen = JSON.parse(run.stdout.trim().split('\n').pop()!) as Record<string, string[]>;
     for (const where of ['direct', 'amqp', 'sqs', 'kafka']) expect(seen[where], where).toEqual(['processed', 'duplicate']);
+  });
+
+  it("inboxed's own declaration files check without skipLibCheck (its peers' may not: drizzle-orm's do not)", async () => {
+    const check = await runCommand(join(app, 'node_modules', '.bin', 'tsc'), ['-p', 'tsconfig.libcheck.json'], { cwd: app, timeoutMs: 120_000 });
+    const lines = check.stdout.split('\n').filter((line) => /error TS\d+/.test(line));
+    // Errors in inboxed's files, or in entries.ts itself (an entry point without types), fail it.
+    expect(
+      lines.filter((line) => line.includes('node_modules/@inboxed/') || !line.includes('node_modules/')),
+      transcript(check),
+    ).toEqual([]);
   });
 });
