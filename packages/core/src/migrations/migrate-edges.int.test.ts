@@ -5,6 +5,20 @@ import { InboxErrorCodes } from '../errors.js';
 import { migrate } from './migrate.js';
 import { migrations } from './migrations.js';
 
+describe.each(['node-postgres', 'postgres-js'] as const)('migrate() run again on %s', (driver) => {
+  it('says nothing: no "already exists, skipping" notice reaches the client (postgres-js prints them by default)', async () => {
+    const t = await createTestDatabase(driver, { poolSize: 2 });
+    const schema = uniqueName('quiet');
+    try {
+      for (let run = 0; run < 3; run++) await migrate(t.db, { schema });
+      expect(t.notices).toEqual([]);
+    } finally {
+      await t.query(`drop schema if exists "${schema}" cascade`);
+      await t.close();
+    }
+  });
+});
+
 describe('migrate() edges (node-postgres)', () => {
   it('migrate(db) through search_path and migrate(db, { schema }) at once on the same tables: both succeed', async () => {
     const t = await createTestDatabase('node-postgres', { poolSize: 4 });

@@ -87,6 +87,9 @@ export async function migrate(db: AnyPgDatabase, names: InboxTableNames = {}, op
       // pg_namespace). The schema is the one the tables go to: without a name, the first schema of
       // the search_path, so `migrate(db)` and `migrate(db, { schema: 'public' })` share one lock.
       await assertSupportedServer(tx);
+      // IF NOT EXISTS answers an existing schema or table with a NOTICE, on every start after the
+      // first; postgres-js prints notices to the console by default. Local: ends with this transaction.
+      await tx.execute(sql`select set_config('client_min_messages', 'warning', true)`);
       await tx.execute(sql`select pg_advisory_xact_lock(hashtext('inboxed:migrate:' || coalesce(${resolved.schema ?? null}::text, current_schema(), '')))`);
       // Set after the advisory lock: waiting for another migration is fine, waiting on the inbox is bounded.
       if (lockTimeoutMs !== null) await tx.execute(sql.raw(`set local lock_timeout = ${lockTimeoutMs}`));
