@@ -373,5 +373,22 @@ describe.each(DRIVERS)('what counts as whose failure, on %s', (driver) => {
       expect(calls[0]).toEqual(['a', 'killer', 'b', 'c']);
       expect(calls).toContainEqual(['killer']);
     });
+
+    it('withInboxBatch: sessions that break whatever runs cost about two transactions per level of the split, not one per message', async () => {
+      // A pooler ending long sessions, or a link resetting them, breaks every transaction: splitting
+      // each group down to single messages ran 2n - 1 transactions per delivery, every delivery.
+      const calls: string[][] = [];
+      const process = withInboxBatch(async (messages: InboxMessage[], tx: any) => {
+        calls.push(messages.map((m) => m.id));
+        await tx.execute(sql`select pg_terminate_backend(pg_backend_pid())`);
+      }, options());
+      const ids = Array.from({ length: 16 }, (_, i) => `m-${i}`);
+      const outcomes = await process(ids.map((id) => ({ id, payload: {} })));
+      expect(new Set(outcomes.map((o) => `${o.status}/${o.reason}`))).toEqual(new Set(['retry/database-unavailable']));
+      expect(calls.length).toBeLessThanOrEqual(2 * (Math.log2(16) + 1)); // 31 before
+      expect(calls.flat().sort()).toEqual(expect.arrayContaining(ids));
+      expect(await attempts()).toEqual([]);
+      expect(await t.countEffects()).toBe(0);
+    });
   }
 });

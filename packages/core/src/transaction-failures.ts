@@ -115,11 +115,12 @@ function afterHandlerFailure(error: unknown): TransactionFailure {
 /**
  * @internal The inbox connection broke while `error` happened: an outage, unless PostgreSQL closed
  * the session because the handler held the transaction too long (`idle_in_transaction_session_timeout`,
- * `transaction_timeout`), which is the handler's doing and is counted.
+ * `transaction_timeout`), which is the handler's doing and is counted. `underHandler` unless it
+ * broke at the completion check or COMMIT, as on every driver (postgres-js's path cannot tell).
  */
-export function brokenConnectionFailure(error: unknown, connectionProblem: unknown): TransactionFailure {
+export function brokenConnectionFailure(error: unknown, connectionProblem: unknown, underHandler = true): TransactionFailure {
   if (isTransactionTimeout(connectionProblem) || isTransactionTimeout(error)) return { kind: 'handler', error };
-  return { kind: 'outage', error: connectionProblem, underHandler: true };
+  return underHandler ? { kind: 'outage', error: connectionProblem, underHandler } : { kind: 'outage', error: connectionProblem };
 }
 
 /**

@@ -123,6 +123,11 @@ interface Committed {
  */
 const SPLIT_LOCK_WAIT_MS = 10;
 
+/** How many transactions a split of `n` messages runs on the way to one of them: the batch, then one per halving. */
+function splitLevels(n: number): number {
+  return Math.ceil(Math.log2(Math.max(n, 1))) + 1;
+}
+
 /** The split's budget after a busy claim when `lockTimeoutMs` is `null` (the session's own lock_timeout timed out). */
 const SPLIT_BUDGET_WITHOUT_LOCK_TIMEOUT_MS = 1000;
 
@@ -277,7 +282,7 @@ export function withInboxBatch<TDb extends AnyPgDatabase, TPayload = unknown>(
     slots: Slot<TPayload>[],
     into: (InboxOutcome | undefined)[],
     stored: Map<string, KnownRow>,
-    wait: { lockTimeoutMs: number | null; busyUntil?: number; call: Call },
+    wait: { lockTimeoutMs: number | null; busyUntil?: number; brokenLeft: number; call: Call },
   ): Promise<void> {
     const result = await runTransaction(slots, wait.lockTimeoutMs, wait.call.signal);
     if (result.ok) {
@@ -292,8 +297,11 @@ export function withInboxBatch<TDb extends AnyPgDatabase, TPayload = unknown>(
     }
     // A session that broke under the handler may be one message's doing (a statement that ends its
     // backend), so it splits too: the neighbours commit, and the culprit ends alone, uncounted like
-    // any outage. In a real outage the halves fail at their claims, which do not split further.
-    const brokeUnderHandler = failure.kind === 'outage' && failure.underHandler === true;
+    // any outage. In a real outage the halves fail at their claims, which do not split further. One
+    // culprit breaks one transaction per level of the split; a budget of that many keeps sessions
+    // that break whatever runs (a pooler ending long sessions, a link resetting them) from costing
+    // 2n - 1 transactions per delivery: the groups left then are retried whole.
+    const brokeUnderHandler = failure.kind === 'outage' && failure.underHandler === true && wait.brokenLeft-- > 0;
     const split = isCounted(failure) || brokeUnderHandler || (failure.kind === 'busy' && Date.now() < wait.busyUntil!);
     if (slots.length === 1 || !split) {
       for (const slot of slots) into[slot.index] = await outcomeOfFailure(general, store, slot.prepared.message, failure, slot.countedAhead === true);
@@ -310,7 +318,7 @@ export function withInboxBatch<TDb extends AnyPgDatabase, TPayload = unknown>(
   /** `slots` in one transaction (split on failure); the attempts counted ahead are taken back where they ended without failing. */
   async function runBatch(slots: Slot<TPayload>[], into: (InboxOutcome | undefined)[], stored: Map<string, KnownRow>, call: Call): Promise<void> {
     try {
-      await isolate(slots, into, stored, { lockTimeoutMs: resolved.lockTimeoutMs, call });
+      await isolate(slots, into, stored, { lockTimeoutMs: resolved.lockTimeoutMs, brokenLeft: splitLevels(slots.length), call });
     } finally {
       // Also when a failed heartbeat stopped the split: the halves that ran are settled.
       const settled = slots.filter((slot) => slot.countedAhead === true && into[slot.index] !== undefined && endedWithoutFailing(into[slot.index]!));
@@ -324,7 +332,7 @@ export function withInboxBatch<TDb extends AnyPgDatabase, TPayload = unknown>(
   /** A redelivery that failed or died before: alone, in the lane, its attempt counted when its turn comes. */
   async function runSuspectAlone(slot: Slot<TPayload>, into: (InboxOutcome | undefined)[], stored: Map<string, KnownRow>, call: Call): Promise<void> {
     into[slot.index] = await runSuspect(general, store, suspects, slot.prepared.message, async (countedAhead) => {
-      await isolate([{ ...slot, countedAhead }], into, stored, { lockTimeoutMs: resolved.lockTimeoutMs, call });
+      await isolate([{ ...slot, countedAhead }], into, stored, { lockTimeoutMs: resolved.lockTimeoutMs, brokenLeft: 0, call });
       return into[slot.index]!;
     });
   }

@@ -275,7 +275,7 @@ export async function nodePostgresTransaction<TDb extends AnyPgDatabase, T>(
       }
     } catch (error) {
       const problem = firstOf(await rollbackOpen(), connectionProblem);
-      failure = problem !== undefined ? brokenConnectionFailure(error, problem) : completionFailure(error, firstFailure);
+      failure = problem !== undefined ? brokenConnectionFailure(error, problem, false) : completionFailure(error, firstFailure);
       return { ok: false, failure };
     }
     return { ok: true, value };
