@@ -187,15 +187,19 @@ describe.each(DRIVERS)('transaction integrity on %s', (driver) => {
     // A raw handle would let a statement deleting the inbox row run behind the completion check
     // (processed, the effect committed, the row gone: the redelivery ran again), or reopen the gate.
     let reachable: Record<string, unknown> | undefined;
+    let statics: string[] | undefined;
     const process = withInbox(async (message: InboxMessage, tx: any) => {
       await tx.insert(t.effects).values({ messageId: message.id });
       const client = tx.session.client;
       reachable = Object.fromEntries(
         [...Object.getOwnPropertyNames(client), ...Object.keys(client)].map((name) => [name, typeof client[name]]).filter(([, type]) => type !== 'function'),
       );
+      // Nor through its class: a static accessor would be one call away (tx.session.client.constructor).
+      statics = Object.getOwnPropertyNames(client.constructor).filter((name) => !['length', 'name', 'prototype'].includes(name));
     }, options());
     expect(await process({ id: 'reach', payload: {} })).toMatchObject({ status: 'processed' });
     expect(reachable).toEqual({});
+    expect(statics).toEqual([]);
   });
 
   it('a failure caught inside a nested transaction (savepoint) is fine: processed', async () => {

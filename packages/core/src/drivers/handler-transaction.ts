@@ -186,6 +186,9 @@ function refusedQuery(error: InboxError): PromiseLike<never> {
   return refused;
 }
 
+/** The raw handle behind a guard; set by the class's static block, for {@link unguardedPostgresJs}. */
+let rawHandleOf: (guarded: GuardedScopedSql) => ScopedSql;
+
 /**
  * postgres-js: a query is checked when it is sent, not when it is made. postgres-js queries are
  * lazy (sent when first awaited or executed), so one made before the end but first awaited after it
@@ -203,9 +206,10 @@ class GuardedScopedSql {
     this.#state = state;
   }
 
-  /** @internal For tests only: the raw transaction handle, standing for a path past the guard. */
-  static unguarded(guarded: GuardedScopedSql): ScopedSql {
-    return guarded.#scoped;
+  static {
+    // Reachable from this module only: a static method would be reachable from the handler too
+    // (`tx.session.client.constructor`).
+    rawHandleOf = (guarded) => guarded.#scoped;
   }
 
   unsafe(...args: unknown[]): unknown {
@@ -242,7 +246,7 @@ class GuardedScopedSql {
 
 /** @internal For tests only: the raw postgres-js transaction handle behind a handler's `tx.session.client`. */
 export function unguardedPostgresJs(client: unknown): unknown {
-  return client instanceof GuardedScopedSql ? GuardedScopedSql.unguarded(client) : undefined;
+  return client instanceof GuardedScopedSql ? rawHandleOf(client) : undefined;
 }
 
 /** PGlite: its savepoints are statements too (Drizzle sends them through `query`). */
