@@ -5,7 +5,7 @@ import pg from 'pg';
 import { beforeEach, describe, expect, it, onTestFinished, vi } from 'vitest';
 import { useMigratedDatabase } from './__tests__/migrated-database.js';
 import { InboxErrorCodes } from './errors.js';
-import type { InboxMessage } from './types.js';
+import type { InboxMessage, InboxOutcome } from './types.js';
 import { withInbox } from './with-inbox.js';
 import { withInboxBatch } from './with-inbox-batch.js';
 
@@ -194,6 +194,67 @@ describe.each(DRIVERS)('handlerTimeoutMs on %s', (driver) => {
     ]);
     expect(await attempts()).toEqual([{ attempts: 1, last_error_code: InboxErrorCodes.HANDLER_FAILED }]);
   });
+
+  it.each(['withInbox', 'withInboxBatch'] as const)(
+    "%s: a suspect waiting in the lane behind another call's suspect starts nothing once the stop fired; its count is untouched",
+    async (mode) => {
+      const consumer = database.options().consumer;
+      for (const id of ['s1', 's2']) {
+        await t.query(
+          `insert into "${t.schema}".inbox_attempts (consumer, message_id, attempts, last_error_code) values ('${consumer}', '${id}', 1, 'HANDLER_FAILED')`,
+        );
+      }
+      const stop = new AbortController();
+      const ran: string[] = [];
+      let releaseFirst!: () => void;
+      const firstHeld = new Promise<void>((resolve) => {
+        releaseFirst = resolve;
+      });
+      let firstEntered!: () => void;
+      const firstInside = new Promise<void>((resolve) => {
+        firstEntered = resolve;
+      });
+      const write = async (ids: string[], tx: any) => {
+        ran.push(...ids);
+        if (ids.includes('s1')) {
+          firstEntered();
+          await firstHeld; // a slow suspect holds the lane
+        }
+        await tx.insert(t.effects).values(ids.map((messageId) => ({ messageId })));
+      };
+      const suspect = (id: string) => ({ id, payload: {}, redelivered: true });
+      let first: Promise<unknown>;
+      let second: Promise<InboxOutcome>;
+      if (mode === 'withInbox') {
+        const process = withInbox(async (message: InboxMessage, tx: any) => write([message.id], tx), database.options());
+        first = process(suspect('s1'), { signal: stop.signal });
+        await firstInside;
+        second = process(suspect('s2'), { signal: stop.signal });
+      } else {
+        const process = withInboxBatch(
+          async (messages: InboxMessage[], tx: any) =>
+            write(
+              messages.map((m) => m.id),
+              tx,
+            ),
+          database.options(),
+        );
+        first = process([suspect('s1')], { signal: stop.signal });
+        await firstInside;
+        second = process([suspect('s2')], { signal: stop.signal }).then((outcomes) => outcomes[0]!);
+      }
+      await sleep(100); // s2 is waiting for the lane
+      stop.abort();
+      releaseFirst();
+      await first;
+      expect(await second).toMatchObject({ status: 'retry', reason: 'consumer-stopping', error: { code: InboxErrorCodes.CONSUMER_STOPPING } });
+      expect(ran).toEqual(['s1']);
+      expect(await t.query(`select message_id, attempts from "${t.schema}".inbox_attempts order by 1`)).toEqual([
+        { message_id: 's1', attempts: 1 }, // its own attempt, counted at its turn, taken back once it committed
+        { message_id: 's2', attempts: 1 },
+      ]);
+    },
+  );
 
   it('a handler that ignores the stop and runs past handlerTimeoutMs is still a counted HANDLER_TIMEOUT', async () => {
     const process = withInbox(

@@ -115,8 +115,10 @@ function afterHandlerFailure(error: unknown): TransactionFailure {
 /**
  * @internal The inbox connection broke while `error` happened: an outage, unless PostgreSQL closed
  * the session because the handler held the transaction too long (`idle_in_transaction_session_timeout`,
- * `transaction_timeout`), which is the handler's doing and is counted. `underHandler` unless it
- * broke at the completion check or COMMIT, as on every driver (postgres-js's path cannot tell).
+ * `transaction_timeout`), which is the handler's doing and is counted. `underHandler` marks a
+ * break seen while the body ran (the handler, or the inbox statements just before and after it);
+ * node-postgres passes false for one seen at the completion check or COMMIT, which the Drizzle path
+ * reports as a completion failure anyway.
  */
 export function brokenConnectionFailure(error: unknown, connectionProblem: unknown, underHandler = true): TransactionFailure {
   if (isTransactionTimeout(connectionProblem) || isTransactionTimeout(error)) return { kind: 'handler', error };

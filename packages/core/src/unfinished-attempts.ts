@@ -61,6 +61,7 @@ export async function runRedelivered(
   lane: AttemptLane,
   message: InboxMessage,
   run: RunAttempt,
+  signal?: AbortSignal,
 ): Promise<InboxOutcome> {
   const start = (await startRedeliveries(options, store, [message])).get(message.id)!;
   switch (start.kind) {
@@ -72,13 +73,15 @@ export async function runRedelivered(
       return runCountedAhead(options, store, message, run);
     case 'suspect':
     case 'later': // (one message is never after a suspect: listed for completeness)
-      return runSuspect(options, store, lane, message, run);
+      return runSuspect(options, store, lane, message, run, signal);
   }
 }
 
 /**
  * @internal A redelivery that failed or died before (it has an attempts record): it waits for the
- * lane, and its attempt is counted when its turn comes (see above).
+ * lane, and its attempt is counted when its turn comes (see above). If the consumer's stop `signal`
+ * fired while it waited, it does not start: a handler started then would get a signal already
+ * fired, and its failure could not be counted. It is retried, nothing counted.
  */
 export function runSuspect(
   options: ResolvedOptions<AnyPgDatabase, unknown>,
@@ -86,8 +89,13 @@ export function runSuspect(
   lane: AttemptLane,
   message: InboxMessage,
   run: RunAttempt,
+  signal?: AbortSignal,
 ): Promise<InboxOutcome> {
   return lane.run(async () => {
+    if (signal?.aborted === true) {
+      const text = 'not started: the consumer began to stop while it waited for its turn';
+      return infrastructureRetry(options, message, InboxErrorCodes.CONSUMER_STOPPING, OutcomeReasons.CONSUMER_STOPPING, text, undefined);
+    }
     const turn = await startAttempt(options, store, message);
     if ('outcome' in turn) return turn.outcome;
     return turn.counted === null ? run(false) : attempt(options, store, message, turn.counted, run);

@@ -331,10 +331,17 @@ export function withInboxBatch<TDb extends AnyPgDatabase, TPayload = unknown>(
 
   /** A redelivery that failed or died before: alone, in the lane, its attempt counted when its turn comes. */
   async function runSuspectAlone(slot: Slot<TPayload>, into: (InboxOutcome | undefined)[], stored: Map<string, KnownRow>, call: Call): Promise<void> {
-    into[slot.index] = await runSuspect(general, store, suspects, slot.prepared.message, async (countedAhead) => {
-      await isolate([{ ...slot, countedAhead }], into, stored, { lockTimeoutMs: resolved.lockTimeoutMs, brokenLeft: 0, call });
-      return into[slot.index]!;
-    });
+    into[slot.index] = await runSuspect(
+      general,
+      store,
+      suspects,
+      slot.prepared.message,
+      async (countedAhead) => {
+        await isolate([{ ...slot, countedAhead }], into, stored, { lockTimeoutMs: resolved.lockTimeoutMs, brokenLeft: 0, call });
+        return into[slot.index]!;
+      },
+      call.signal,
+    );
   }
 
   async function process(deliveries: readonly InboxMessage[], outcomes: (InboxOutcome | undefined)[], call: Call): Promise<void> {

@@ -107,7 +107,7 @@ function withTransactionalInbox<TDb extends AnyPgDatabase, TPayload>(
     const { message, fingerprint } = prepared;
     if (message.redelivered !== true) return runAttempt(message, fingerprint, false, options);
     // A redelivery: its attempt is counted before it runs (see unfinished-attempts.ts).
-    return runRedelivered(general, store, suspects, message, (countedAhead) => runAttempt(message, fingerprint, countedAhead, options));
+    return runRedelivered(general, store, suspects, message, (countedAhead) => runAttempt(message, fingerprint, countedAhead, options), options?.signal);
   }
 
   /** One attempt: the inbox transaction around the handler, then its outcome. */
