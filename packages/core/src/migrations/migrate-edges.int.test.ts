@@ -1,7 +1,9 @@
 // migrate()'s edge cases, on node-postgres only: concurrent callers, a bounded lock wait, long names.
-import { createTestDatabase, uniqueName } from '@inboxed/test-support';
+import { createTestDatabase, DRIVERS, uniqueName } from '@inboxed/test-support';
+import { sql } from 'drizzle-orm';
 import { describe, expect, it } from 'vitest';
 import { InboxErrorCodes } from '../errors.js';
+import { rowsIn } from '../query-rows.js';
 import { migrate } from './migrate.js';
 import { migrations } from './migrations.js';
 
@@ -12,6 +14,26 @@ describe.each(['node-postgres', 'postgres-js'] as const)('migrate() run again on
     try {
       for (let run = 0; run < 3; run++) await migrate(t.db, { schema });
       expect(t.notices).toEqual([]);
+    } finally {
+      await t.query(`drop schema if exists "${schema}" cascade`);
+      await t.close();
+    }
+  });
+});
+
+describe.each(DRIVERS)("migrate() inside the caller's transaction on %s", (driver) => {
+  it("leaves the caller's later statements the client_min_messages and lock_timeout they had", async () => {
+    // Given a transaction, migrate() runs in a savepoint, and a local setting outlives it.
+    const t = await createTestDatabase(driver, { poolSize: 1 });
+    const schema = uniqueName('mtx');
+    const setting = async (tx: any, name: string) => Object.values(rowsIn<Record<string, string>>(await tx.execute(sql.raw(`show ${name}`)))[0]!)[0];
+    try {
+      const seen = await t.db.transaction(async (tx: any) => {
+        await tx.execute(sql`set local lock_timeout = '1234ms'`);
+        await migrate(tx, { schema });
+        return [await setting(tx, 'client_min_messages'), await setting(tx, 'lock_timeout')];
+      });
+      expect(seen).toEqual(['notice', '1234ms']);
     } finally {
       await t.query(`drop schema if exists "${schema}" cascade`);
       await t.close();

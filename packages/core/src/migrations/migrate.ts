@@ -8,6 +8,7 @@ import { createInboxTables, resolveTableNames, type InboxTableNames, type Resolv
 import { inspectInboxTables } from './inspect.js';
 import { assertSupportedServer } from './server-version.js';
 import type { AnyPgDatabase } from '../types.js';
+import { rowsOf } from '../query-rows.js';
 import { migrations, type TableLayout } from './migrations.js';
 
 /** Options of {@link migrate} beyond the table names. */
@@ -88,7 +89,13 @@ export async function migrate(db: AnyPgDatabase, names: InboxTableNames = {}, op
       // the search_path, so `migrate(db)` and `migrate(db, { schema: 'public' })` share one lock.
       await assertSupportedServer(tx);
       // IF NOT EXISTS answers an existing schema or table with a NOTICE, on every start after the
-      // first; postgres-js prints notices to the console by default. Local: ends with this transaction.
+      // first; postgres-js prints notices to the console by default. Set locally, and put back before
+      // returning with lock_timeout below: when `db` is the caller's transaction, this one is only a
+      // savepoint, and a local setting lasts until the caller's transaction ends.
+      const [saved] = await rowsOf<{ messages: string; lock: string }>(
+        tx,
+        sql`select current_setting('client_min_messages') as messages, current_setting('lock_timeout') as lock`,
+      );
       await tx.execute(sql`select set_config('client_min_messages', 'warning', true)`);
       await tx.execute(sql`select pg_advisory_xact_lock(hashtext('inboxed:migrate:' || coalesce(${resolved.schema ?? null}::text, current_schema(), '')))`);
       // Set after the advisory lock: waiting for another migration is fine, waiting on the inbox is bounded.
@@ -119,6 +126,7 @@ export async function migrate(db: AnyPgDatabase, names: InboxTableNames = {}, op
           details: { schema: resolved.schema, table: resolved.table, problems },
         });
       }
+      await tx.execute(sql`select set_config('client_min_messages', ${saved!.messages}, true), set_config('lock_timeout', ${saved!.lock}, true)`);
       return { applied, version: latest };
     });
   } catch (error) {
