@@ -8,6 +8,7 @@ export { createTestDatabase, type TestDatabase, type Driver, DRIVERS, postgres, 
 export { startPostgresProxy, startTcpProxy, type TcpProxy } from './tcp-proxy.js';
 export { uniqueName } from './unique-name.js';
 export { waitFor } from './wait-for.js';
+export { gate } from './gate.js';
 export { breakNextRead } from './break-next-read.js';
 export { useInMemoryTracing, type ConfigureTelemetry } from './in-memory-tracing.js';
 export { quickStartOf, readmeSnippets, startQuickStart, withSearchPath, type ReadmeSnippet, type RunningQuickStart } from './readme.js';

@@ -1,4 +1,4 @@
-import { DRIVERS, databaseUrl, type TestDatabase } from '@inboxed/test-support';
+import { DRIVERS, databaseUrl, gate, type TestDatabase } from '@inboxed/test-support';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { sql } from 'drizzle-orm';
 import pg from 'pg';
@@ -206,29 +206,22 @@ describe.each(DRIVERS)('handlerTimeoutMs on %s', (driver) => {
       }
       const stop = new AbortController();
       const ran: string[] = [];
-      let releaseFirst!: () => void;
-      const firstHeld = new Promise<void>((resolve) => {
-        releaseFirst = resolve;
-      });
-      let firstEntered!: () => void;
-      const firstInside = new Promise<void>((resolve) => {
-        firstEntered = resolve;
-      });
+      const first = gate();
       const write = async (ids: string[], tx: any) => {
         ran.push(...ids);
         if (ids.includes('s1')) {
-          firstEntered();
-          await firstHeld; // a slow suspect holds the lane
+          first.entered();
+          await first.held; // a slow suspect holds the lane
         }
         await tx.insert(t.effects).values(ids.map((messageId) => ({ messageId })));
       };
       const suspect = (id: string) => ({ id, payload: {}, redelivered: true });
-      let first: Promise<unknown>;
+      let firstCall: Promise<unknown>;
       let second: Promise<InboxOutcome>;
       if (mode === 'withInbox') {
         const process = withInbox(async (message: InboxMessage, tx: any) => write([message.id], tx), database.options());
-        first = process(suspect('s1'), { signal: stop.signal });
-        await firstInside;
+        firstCall = process(suspect('s1'), { signal: stop.signal });
+        await first.inside;
         second = process(suspect('s2'), { signal: stop.signal });
       } else {
         const process = withInboxBatch(
@@ -239,14 +232,14 @@ describe.each(DRIVERS)('handlerTimeoutMs on %s', (driver) => {
             ),
           database.options(),
         );
-        first = process([suspect('s1')], { signal: stop.signal });
-        await firstInside;
+        firstCall = process([suspect('s1')], { signal: stop.signal });
+        await first.inside;
         second = process([suspect('s2')], { signal: stop.signal }).then((outcomes) => outcomes[0]!);
       }
       await sleep(100); // s2 is waiting for the lane
       stop.abort();
-      releaseFirst();
-      await first;
+      first.release();
+      await firstCall;
       expect(await second).toMatchObject({ status: 'retry', reason: 'consumer-stopping', error: { code: InboxErrorCodes.CONSUMER_STOPPING } });
       expect(ran).toEqual(['s1']);
       expect(await t.query(`select message_id, attempts from "${t.schema}".inbox_attempts order by 1`)).toEqual([

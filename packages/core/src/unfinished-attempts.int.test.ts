@@ -1,7 +1,7 @@
 // Redelivered messages have their attempt counted before the handler runs, so a message that
 // kills the process is still counted (the kill itself is tested in test/fault/core-crash.test.ts).
 // Here: the count an attempt ends with is the same as without the flag, on every driver.
-import { DRIVERS } from '@inboxed/test-support';
+import { DRIVERS, gate } from '@inboxed/test-support';
 import { sql } from 'drizzle-orm';
 import { describe, expect, it } from 'vitest';
 import { useMigratedDatabase } from './__tests__/migrated-database.js';
@@ -385,19 +385,6 @@ describe.each(DRIVERS.filter((driver) => driver !== 'pglite'))('copies of one re
     // Before, the second judged the row by its snapshot (2), waited, then found 1 > 1 false: x stayed at 1.
     expect(await attempts()).toEqual([]);
   });
-
-  /** A handler's hold: `inside` resolves once it entered (`entered()`), `held` once the test calls `release()`. */
-  const gate = () => {
-    let release!: () => void;
-    const held = new Promise<void>((resolve) => {
-      release = resolve;
-    });
-    let entered!: () => void;
-    const inside = new Promise<void>((resolve) => {
-      entered = resolve;
-    });
-    return { held, release, inside, entered };
-  };
 
   /** A processor whose handler holds its transaction (claim taken, not committed) until released, then writes or throws. */
   const heldCopy = (outcome: 'write' | 'throw') => {
