@@ -23,6 +23,7 @@ export const InboxErrorCodes = {
   /**
    * The handler failed after the consumer began to stop (its `signal` fired): typically it honoured
    * the signal. Its transaction was rolled back; retried, not counted (a deploy is not the message's fault).
+   * Also a batch's message, or a redelivery waiting for its turn, not started because the stop came first.
    */
   CONSUMER_STOPPING: 'CONSUMER_STOPPING',
   /**

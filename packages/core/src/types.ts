@@ -81,7 +81,7 @@ export const OutcomeReasons = {
   DATABASE_UNAVAILABLE: 'database-unavailable',
   /** `retry`: a concurrent copy held the inbox row longer than `lockTimeoutMs`. */
   IN_PROGRESS: 'in-progress',
-  /** `retry`: the handler failed after the consumer began to stop (its signal fired); not counted. */
+  /** `retry`: the handler failed after the consumer began to stop (its signal fired), or was not started once it had; not counted. */
   CONSUMER_STOPPING: 'consumer-stopping',
   /** `retry`: serialization failures or deadlocks outlasted the transparent retries. */
   TRANSACTION_CONFLICT: 'transaction-conflict',
